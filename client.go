@@ -1,0 +1,226 @@
+package bunqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/schema"
+
+	"github.com/bunqueue/bunqueue/internal/backoff"
+	"github.com/bunqueue/bunqueue/internal/sqldialect"
+)
+
+// Client runs the workers of its queues inside this process. Create it
+// with NewClient, Add queues, Start it, and Stop it before the program
+// exits.
+type Client struct {
+	db      *bun.DB
+	cfg     Config
+	dialect sqldialect.Dialect
+
+	mu       sync.Mutex
+	queues   []AnyQueue
+	names    map[string]bool
+	started  bool
+	stopped  bool
+	stopping chan struct{}      // closed by Stop: claim no more
+	cancel   context.CancelFunc // cancels the handlers' contexts
+	workers  sync.WaitGroup
+}
+
+// NewClient returns a Client that works through db, a bun DB opened with
+// bun's mysqldialect (MySQL 8.0.1+ or MariaDB 10.6+). cfg may be nil for
+// defaults.
+func NewClient(db *bun.DB, cfg *Config) (*Client, error) {
+	if db == nil {
+		return nil, errors.New("bunqueue: NewClient: db must not be nil")
+	}
+	d, err := sqldialect.For(db)
+	if err != nil {
+		return nil, err
+	}
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	return &Client{db: db, cfg: c, dialect: d, names: map[string]bool{}, stopping: make(chan struct{})}, nil
+}
+
+// Add adds a queue to the client. It checks the queue's declaration and
+// configuration and returns an error naming what is wrong. Queues are
+// added before Start; a queue belongs to one client.
+func (c *Client) Add(q AnyQueue) error {
+	if q == nil {
+		return errors.New("bunqueue: Add: queue must not be nil")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.started {
+		return ErrStarted
+	}
+	if c.names[q.Name()] {
+		return fmt.Errorf("bunqueue: queue %q: a queue with this name was already added", q.Name())
+	}
+	if err := q.attach(c); err != nil {
+		return err
+	}
+	c.names[q.Name()] = true
+	c.queues = append(c.queues, q)
+	return nil
+}
+
+// Start checks the database and starts the workers of every queue. It
+// refuses a server that does not skip locked rows (it proves this with two
+// connections, using a two-row table named bunqueue_probe that it creates
+// if missing), a queue whose table is missing or not InnoDB, and a
+// connection pool too small for the workers. ctx bounds these checks
+// only: the workers run until Stop.
+func (c *Client) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.stopped:
+		return ErrStopped
+	case c.started:
+		return ErrStarted
+	}
+	runners := make([]*runner, len(c.queues))
+	total := 0
+	for i, q := range c.queues {
+		runners[i] = q.runner()
+		total += runners[i].workers
+	}
+	if max := c.db.Stats().MaxOpenConnections; max > 0 && max < total+2 {
+		return fmt.Errorf("bunqueue: the connection pool allows %d connections but the queues run %d workers; "+
+			"each worker holds a connection while it works, and Start and the handlers need more: "+
+			"raise SetMaxOpenConns to at least %d (or 0 for no limit)", max, total, total+2)
+	}
+	if err := c.dialect.CheckServer(ctx, c.db); err != nil {
+		return err
+	}
+	for _, r := range runners {
+		if err := c.dialect.CheckTable(ctx, c.db, tableSchema(c.db, r.table), r.table.Name); err != nil {
+			return fmt.Errorf("bunqueue: queue %q: %w", r.name, err)
+		}
+	}
+	workCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c.cancel = cancel
+	c.started = true
+	for _, r := range runners {
+		for range r.workers {
+			c.workers.Add(1)
+			go c.work(workCtx, r)
+		}
+	}
+	return nil
+}
+
+// Stop stops claiming new rows and waits for the rows in flight to finish
+// and commit. If ctx ends first, Stop cancels the handlers' contexts: their
+// transactions roll back and their rows return to the queue. Stop then
+// waits for the handlers to return (a handler that ignores its context
+// delays it) and returns ctx's error. Stop may be called more than once.
+func (c *Client) Stop(ctx context.Context) error {
+	c.mu.Lock()
+	if !c.started || c.stopped {
+		c.stopped = true
+		c.mu.Unlock()
+		return nil
+	}
+	c.stopped = true
+	close(c.stopping)
+	c.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() {
+		c.workers.Wait()
+		close(done)
+	}()
+	defer c.cancel()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		c.cancel()
+		<-done
+		return fmt.Errorf("bunqueue: stop: in-flight rows were cancelled and returned to their queues: %w", ctx.Err())
+	}
+}
+
+// runner is what a worker needs of a queue, whatever its row type.
+type runner struct {
+	name    string
+	table   *schema.Table
+	workers int
+	batch   int
+	poll    time.Duration
+	wake    chan struct{}
+	run     func(ctx context.Context, limit int) batchResult
+}
+
+// work is one worker: it claims batches while it finds rows, and waits for
+// the poll interval (or a wake-up) when the queue is empty.
+func (c *Client) work(ctx context.Context, r *runner) {
+	defer c.workers.Done()
+	log := c.cfg.Logger.With("queue", r.name)
+	failures := 0
+	for {
+		select {
+		case <-c.stopping:
+			return
+		default:
+		}
+		res := r.run(ctx, r.batch)
+		for _, err := range res.itemErrs {
+			log.ErrorContext(ctx, "bunqueue: item failed", "error", err)
+		}
+		var wait time.Duration
+		switch {
+		case res.err != nil && ctx.Err() != nil:
+			return
+		case res.err != nil:
+			failures++
+			wait = backoff.Jitter(backoff.Exponential(failures, 100*time.Millisecond, max(r.poll, 5*time.Second)), 0.2)
+			log.ErrorContext(ctx, "bunqueue: batch failed", "error", res.err, "retry_in", wait)
+		case res.claimed > 0:
+			failures = 0
+			if res.claimed == r.batch {
+				r.poke() // there may be more: get a sleeping sibling going
+			}
+			continue
+		default:
+			failures = 0
+			wait = backoff.Between(r.poll*3/4, r.poll)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-c.stopping:
+			t.Stop()
+			return
+		case <-r.wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// poke wakes one sleeping worker of the queue, if any is sleeping.
+func (r *runner) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// tableSchema returns the schema named in the model's table tag, or "" for
+// the connection's database.
+func tableSchema(db *bun.DB, t *schema.Table) string {
+	if t.Schema == db.Dialect().DefaultSchema() {
+		return ""
+	}
+	return t.Schema
+}

@@ -1,0 +1,117 @@
+package sqldialect
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/uptrace/bun"
+)
+
+// MySQL is the dialect of MySQL 8.0.1+ and MariaDB 10.6+.
+type MySQL struct{}
+
+// ProbeTable is the small table the startup probe locks rows of.
+const ProbeTable = "bunqueue_probe"
+
+// probeWait bounds how long the probe waits for the second connection.
+const probeWait = 3 * time.Second
+
+// SkipLocked implements Dialect.
+func (MySQL) SkipLocked() string { return "UPDATE SKIP LOCKED" }
+
+// Retryable implements Dialect: 1213 deadlock, 1205 lock wait timeout,
+// 1020 record changed since last read (MariaDB 11.6+ under REPEATABLE READ).
+func (MySQL) Retryable(err error) bool {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 1213, 1205, 1020:
+			return true
+		}
+	}
+	return false
+}
+
+// CheckServer implements Dialect. It creates ProbeTable if needed.
+func (d MySQL) CheckServer(ctx context.Context, db *bun.DB) error {
+	if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+ProbeTable+
+		" (id INT NOT NULL PRIMARY KEY) ENGINE=InnoDB"); err != nil {
+		return fmt.Errorf("bunqueue: create the startup probe table %s (the probe proves the server skips locked rows; grant CREATE or create it yourself): %w", ProbeTable, err)
+	}
+	return d.Probe(ctx, db, ProbeTable)
+}
+
+// Probe locks row 1 of table (id INT primary key, rows 1 and 2 inserted
+// if missing) on one connection and asks a second for the first unlocked
+// row: it must get row 2 at once.
+func (MySQL) Probe(ctx context.Context, db *bun.DB, table string) error {
+	if _, err := db.ExecContext(ctx, "INSERT IGNORE INTO "+table+" (id) VALUES (1), (2)"); err != nil {
+		return fmt.Errorf("bunqueue: startup probe: %w", err)
+	}
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return fmt.Errorf("bunqueue: startup probe: %w", err)
+	}
+	needs := "bunqueue needs a server that skips locked rows (MySQL 8.0.1+ or MariaDB 10.6+, InnoDB tables)"
+
+	holder, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return fmt.Errorf("bunqueue: startup probe: %w", err)
+	}
+	defer func() { _ = holder.Rollback() }()
+	var id int
+	if err := holder.QueryRowContext(ctx, "SELECT id FROM "+table+" WHERE id = 1 FOR UPDATE").Scan(&id); err != nil {
+		return fmt.Errorf("bunqueue: startup probe: %w", err)
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, probeWait)
+	defer cancel()
+	other, err := db.BeginTx(wctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return fmt.Errorf("bunqueue: startup probe: %w", err)
+	}
+	defer func() { _ = other.Rollback() }()
+	err = other.QueryRowContext(wctx, "SELECT id FROM "+table+" ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED").Scan(&id)
+	var me *mysql.MySQLError
+	switch {
+	case errors.As(err, &me) && me.Number == 1064:
+		return fmt.Errorf("bunqueue: server %s does not understand SKIP LOCKED; %s: %w", version, needs, err)
+	case wctx.Err() != nil && ctx.Err() == nil:
+		return fmt.Errorf("bunqueue: server %s waited for a locked row instead of skipping it; %s", version, needs)
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("bunqueue: server %s skipped unlocked rows in the startup probe; %s", version, needs)
+	case err != nil:
+		return fmt.Errorf("bunqueue: startup probe: %w", err)
+	case id != 2:
+		return fmt.Errorf("bunqueue: server %s returned a row another transaction had locked: it ignores SKIP LOCKED; %s", version, needs)
+	}
+	return nil
+}
+
+// CheckTable implements Dialect.
+func (MySQL) CheckTable(ctx context.Context, db *bun.DB, schema, table string) error {
+	q := "SELECT COALESCE(ENGINE, ''), TABLE_TYPE FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?"
+	args := []any{table}
+	if schema != "" {
+		q = strings.Replace(q, "DATABASE()", "?", 1)
+		args = []any{schema, table}
+	}
+	var engine, typ string
+	err := db.QueryRowContext(ctx, q, args...).Scan(&engine, &typ)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("bunqueue: table %s does not exist in the database; create it before Start", table)
+	case err != nil:
+		return fmt.Errorf("bunqueue: check table %s: %w", table, err)
+	case typ != "BASE TABLE":
+		return fmt.Errorf("bunqueue: %s is a %s, not a table; a queue must be declared over an InnoDB table", table, strings.ToLower(typ))
+	case !strings.EqualFold(engine, "InnoDB"):
+		return fmt.Errorf("bunqueue: table %s uses the %s engine, which ignores row locks and SKIP LOCKED; convert it with ALTER TABLE %s ENGINE=InnoDB", table, engine, table)
+	}
+	return nil
+}

@@ -1,0 +1,37 @@
+// Package sqldialect holds the SQL that differs between database servers,
+// behind one small interface chosen from the bun dialect.
+package sqldialect
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect"
+)
+
+// Dialect is what the engine needs to know about a database server.
+type Dialect interface {
+	// SkipLocked is the argument to bun's SelectQuery.For that locks the
+	// selected rows and skips rows other transactions hold.
+	SkipLocked() string
+	// Retryable reports whether err is a transient conflict (deadlock,
+	// lock wait timeout) after which the transaction should be retried.
+	Retryable(err error) bool
+	// CheckServer proves, with two connections, that the server skips
+	// locked rows instead of waiting for them or ignoring the clause.
+	CheckServer(ctx context.Context, db *bun.DB) error
+	// CheckTable checks that the table exists and that its storage engine
+	// takes row locks. schema may be empty for the connection's database.
+	CheckTable(ctx context.Context, db *bun.DB, schema, table string) error
+}
+
+// For returns the Dialect of db, or an error naming the unsupported one.
+func For(db *bun.DB) (Dialect, error) {
+	switch name := db.Dialect().Name(); name {
+	case dialect.MySQL:
+		return MySQL{}, nil
+	default:
+		return nil, fmt.Errorf("bunqueue: the %s dialect is not supported; use MySQL 8.0.1+ or MariaDB 10.6+ through bun's mysqldialect", name)
+	}
+}

@@ -1,0 +1,194 @@
+package bunqueue
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/schema"
+
+	"github.com/bunqueue/bunqueue/internal/cooldown"
+)
+
+// QueryFunc declares a queue: given a select over the queue's model, it
+// adds the conditions (and the ORDER BY) that make a row part of the queue.
+// Do not set LIMIT or FOR: the engine adds them.
+type QueryFunc func(q *bun.SelectQuery) *bun.SelectQuery
+
+// HandlerFunc processes one row of type T inside the transaction that
+// holds its lock. It must change the row, through tx, so that the row no
+// longer matches the queue's query. Its writes commit with the row's
+// completion; returning an error (or panicking) undoes them.
+type HandlerFunc[T any] func(ctx context.Context, tx bun.Tx, item *T) error
+
+// Queue is a queue declared as a query over an existing bun model T: a row
+// that matches the query is in the queue. Create it with NewQueue and add
+// it to a Client.
+type Queue[T any] struct {
+	name    string
+	query   QueryFunc
+	handler HandlerFunc[T]
+	given   *QueueConfig[T]
+
+	// Set by Client.Add.
+	client *Client
+	cfg    QueueConfig[T]
+	table  *schema.Table
+	cool   *cooldown.Set
+	wake   chan struct{}
+}
+
+// AnyQueue is implemented by every *Queue[T], whatever its T, so that a
+// Client can hold queues of different models.
+type AnyQueue interface {
+	// Name returns the queue's name.
+	Name() string
+
+	attach(c *Client) error
+	runner() *runner
+}
+
+// NewQueue declares a queue named name over the model T. query selects the
+// rows that are waiting, in the order they should be processed; handler
+// processes one row. cfg may be nil for defaults. Errors in the
+// declaration are reported by Client.Add.
+func NewQueue[T any](name string, query QueryFunc, handler HandlerFunc[T], cfg *QueueConfig[T]) *Queue[T] {
+	return &Queue[T]{name: name, query: query, handler: handler, given: cfg}
+}
+
+// Name returns the queue's name.
+func (q *Queue[T]) Name() string { return q.name }
+
+// Count returns how many rows are waiting in the queue and not locked by
+// anyone, counting at most limit of them, so that it stays cheap on a
+// large backlog. It locks the rows it counts, skipping locked ones, for
+// the length of one statement, in a transaction it rolls back.
+func (q *Queue[T]) Count(ctx context.Context, limit int) (int, error) {
+	if q.client == nil {
+		return 0, ErrNotAdded
+	}
+	if limit <= 0 {
+		return 0, fmt.Errorf("bunqueue: queue %q: Count limit must be positive, got %d", q.name, limit)
+	}
+	tx, err := q.client.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return 0, fmt.Errorf("bunqueue: count %s: %w", q.name, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	rows, err := q.query(tx.NewSelect().Model((*T)(nil))).
+		Column(q.pkNames()...).
+		Limit(int64(limit)).
+		For(q.client.dialect.SkipLocked()).
+		Rows(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("bunqueue: count %s: %w", q.name, err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("bunqueue: count %s: %w", q.name, err)
+	}
+	return n, nil
+}
+
+// ProcessNext claims the next waiting row, runs the handler on it and
+// commits, in the calling goroutine. It reports whether a row was claimed;
+// the error is the row's failure (an *ItemError) or what kept the
+// transaction from committing. Useful in tests and cron-style programs;
+// it needs the queue added to a Client, not started.
+func (q *Queue[T]) ProcessNext(ctx context.Context) (bool, error) {
+	if q.client == nil {
+		return false, ErrNotAdded
+	}
+	res := q.runBatch(ctx, 1)
+	return res.claimed > 0, errors.Join(append(res.itemErrs, res.err)...)
+}
+
+func (q *Queue[T]) attach(c *Client) error {
+	switch {
+	case q.name == "":
+		return errors.New("bunqueue: NewQueue: the queue name must not be empty")
+	case q.query == nil:
+		return fmt.Errorf("bunqueue: queue %q: the query function must not be nil", q.name)
+	case q.handler == nil:
+		return fmt.Errorf("bunqueue: queue %q: the handler must not be nil", q.name)
+	case q.client != nil:
+		return fmt.Errorf("bunqueue: queue %q is already added to a Client", q.name)
+	}
+	if err := q.given.validate(q.name); err != nil {
+		return err
+	}
+	typ := reflect.TypeFor[T]()
+	if typ.Kind() != reflect.Struct {
+		return fmt.Errorf("bunqueue: queue %q: the model must be a struct type, got %s", q.name, typ)
+	}
+	table := c.db.Table(typ)
+	if len(table.PKs) == 0 {
+		return fmt.Errorf("bunqueue: queue %q: model %s has no primary key; mark its key field with `bun:\",pk\"`", q.name, typ)
+	}
+	q.client = c
+	q.cfg = q.given.withDefaults(c.cfg)
+	q.table = table
+	q.cool = cooldown.New(q.cfg.Cooldown, CooldownMax, CooldownLimit)
+	q.wake = make(chan struct{}, q.cfg.Workers)
+	return nil
+}
+
+func (q *Queue[T]) runner() *runner {
+	return &runner{
+		name:    q.name,
+		table:   q.table,
+		workers: q.cfg.Workers,
+		batch:   q.cfg.BatchSize,
+		poll:    q.cfg.PollInterval,
+		wake:    q.wake,
+		run:     q.runBatch,
+	}
+}
+
+func (q *Queue[T]) pkNames() []string {
+	names := make([]string, len(q.table.PKs))
+	for i, f := range q.table.PKs {
+		names[i] = f.Name
+	}
+	return names
+}
+
+// key returns the row's primary key values and a readable id for them.
+func (q *Queue[T]) key(item *T) ([]any, string) {
+	v := reflect.ValueOf(item).Elem()
+	vals := make([]any, len(q.table.PKs))
+	var b strings.Builder
+	for i, f := range q.table.PKs {
+		vals[i] = f.Value(v).Interface()
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%s=%v", f.Name, vals[i])
+	}
+	return vals, b.String()
+}
+
+// excludeCooling keeps rows this process is cooling down out of a claim.
+func (q *Queue[T]) excludeCooling(sel *bun.SelectQuery, now time.Time) *bun.SelectQuery {
+	keys := q.cool.Active(now)
+	if len(keys) == 0 {
+		return sel
+	}
+	if len(q.table.PKs) == 1 {
+		flat := make([]any, len(keys))
+		for i, k := range keys {
+			flat[i] = k[0]
+		}
+		return sel.Where("?TableAlias.? NOT IN (?)", bun.Ident(q.table.PKs[0].Name), bun.In(flat))
+	}
+	return sel.Where("(?TablePKs) NOT IN (?)", bun.In(keys))
+}

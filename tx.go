@@ -1,0 +1,302 @@
+package bunqueue
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/bunqueue/bunqueue/internal/backoff"
+)
+
+// txAttempts bounds how often one batch is retried after a deadlock or a
+// lock wait timeout before the error is returned.
+const txAttempts = 8
+
+// batchResult is what one claim transaction did.
+type batchResult struct {
+	claimed  int     // rows locked by the claim
+	done     int     // rows processed and committed
+	itemErrs []error // one *ItemError per failed row
+	err      error   // what kept the batch from committing
+}
+
+// runBatch claims up to limit rows and processes them in one transaction,
+// retrying the whole transaction with jitter on deadlocks and lock wait
+// timeouts.
+func (q *Queue[T]) runBatch(ctx context.Context, limit int) batchResult {
+	for attempt := 1; ; attempt++ {
+		res := q.tryBatch(ctx, limit)
+		if res.err == nil || !q.client.dialect.Retryable(res.err) || attempt == txAttempts {
+			return res
+		}
+		q.client.cfg.Logger.DebugContext(ctx, "bunqueue: retrying transaction", "queue", q.name, "attempt", attempt, "error", res.err)
+		if !sleep(ctx, backoff.Jitter(backoff.Exponential(attempt, 5*time.Millisecond, 500*time.Millisecond), 0.5)) {
+			return res
+		}
+	}
+}
+
+// outcome of one item of a batch.
+type outcome int
+
+const (
+	succeeded outcome = iota // handler returned nil
+	recorded                 // handler failed, OnError recorded it
+	released                 // handler failed, nothing recorded: row goes back
+)
+
+func (q *Queue[T]) tryBatch(ctx context.Context, limit int) (res batchResult) {
+	tx, err := q.client.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		res.err = fmt.Errorf("bunqueue: queue %q: begin: %w", q.name, err)
+		return res
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			_ = tx.Rollback()
+		}
+	}()
+
+	items := make([]T, 0, limit)
+	sel := q.query(tx.NewSelect().Model(&items)).Limit(int64(limit)).For(q.client.dialect.SkipLocked())
+	if err := q.excludeCooling(sel, time.Now()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		res.err = fmt.Errorf("bunqueue: queue %q: claim: %w", q.name, err)
+		return res
+	}
+	res.claimed = len(items)
+	if len(items) == 0 {
+		return res
+	}
+
+	withSavepoints := len(items) > 1
+	outcomes := make([]outcome, len(items))
+	causes := make([]error, len(items))
+	for i := range items {
+		if withSavepoints {
+			if err := q.exec(ctx, tx, "SAVEPOINT", i); err != nil {
+				res.err = err
+				return res
+			}
+		}
+		claimed := items[i]
+		herr := callHandler(func() error { return q.handler(ctx, tx, &items[i]) })
+		if herr == nil {
+			continue
+		}
+		if q.client.dialect.Retryable(herr) || ctx.Err() != nil {
+			// The server may have rolled back the whole transaction
+			// (deadlock), or we are stopping: retry or release the batch.
+			res.err = fmt.Errorf("bunqueue: queue %q: handler: %w", q.name, herr)
+			return res
+		}
+		if !withSavepoints {
+			// One item, no savepoint: undo everything and record the
+			// failure in a transaction of its own.
+			_ = tx.Rollback()
+			committed = true // nothing left to roll back
+			res.itemErrs = append(res.itemErrs, q.recordFailure(ctx, &claimed, herr))
+			return res
+		}
+		if err := q.exec(ctx, tx, "ROLLBACK TO SAVEPOINT", i); err != nil {
+			res.err = err
+			return res
+		}
+		outcomes[i], causes[i] = released, herr
+		if q.cfg.OnError == nil {
+			continue
+		}
+		if oerr := callHandler(func() error { return q.cfg.OnError(ctx, tx, &claimed, herr) }); oerr != nil {
+			if err := q.exec(ctx, tx, "ROLLBACK TO SAVEPOINT", i); err != nil {
+				res.err = err
+				return res
+			}
+			causes[i] = fmt.Errorf("%w; OnError failed too: %w", herr, oerr)
+			continue
+		}
+		outcomes[i] = recorded
+	}
+
+	still, err := q.stillQueued(ctx, tx, items, outcomes)
+	if err != nil {
+		res.err = err
+		return res
+	}
+	// A row whose handler succeeded but that is still in the queue breaks
+	// the rule: undo its writes. Savepoints nest, so rolling back to its
+	// savepoint also undoes the items after it; those return to the queue.
+	firstBad := -1
+	for i := range items {
+		if outcomes[i] == succeeded && still[i] {
+			firstBad = i
+			break
+		}
+	}
+	if firstBad >= 0 {
+		if withSavepoints {
+			if err := q.exec(ctx, tx, "ROLLBACK TO SAVEPOINT", firstBad); err != nil {
+				res.err = err
+				return res
+			}
+		} else {
+			_ = tx.Rollback()
+			committed = true
+		}
+	}
+
+	now := time.Now()
+	var succeededKeys []string
+	for i := range items {
+		key, id := q.key(&items[i])
+		undone := firstBad >= 0 && i >= firstBad
+		ie := &ItemError{Queue: q.name, Key: id, Err: causes[i]}
+		switch {
+		case outcomes[i] == succeeded && still[i]:
+			ie.Err = ErrStillQueued
+		case outcomes[i] == succeeded && undone:
+			continue // undone with a row before it; back in the queue as it was
+		case outcomes[i] == succeeded:
+			succeededKeys = append(succeededKeys, id)
+			continue
+		case outcomes[i] == recorded && !undone && !still[i]:
+			ie.Recorded = true
+			res.itemErrs = append(res.itemErrs, ie)
+			continue
+		case outcomes[i] == recorded && !undone:
+			ie.Recorded = true
+			ie.Err = fmt.Errorf("%w (recorded by OnError, but the row still matches the queue query)", causes[i])
+		}
+		ie.Cooldown = q.cool.Add(id, key, now)
+		res.itemErrs = append(res.itemErrs, ie)
+	}
+
+	if !committed {
+		if err := tx.Commit(); err != nil {
+			committed = true // database/sql has ended the transaction either way
+			res.err = fmt.Errorf("bunqueue: queue %q: commit: %w", q.name, err)
+			return res
+		}
+		committed = true
+	}
+	for _, id := range succeededKeys {
+		q.cool.Forget(id)
+	}
+	res.done = len(succeededKeys)
+	return res
+}
+
+// recordFailure runs OnError for a row whose handler failed in a batch of
+// one: it locks the row again, if it is still waiting and free, in a new
+// transaction.
+func (q *Queue[T]) recordFailure(ctx context.Context, claimed *T, herr error) error {
+	key, id := q.key(claimed)
+	ie := &ItemError{Queue: q.name, Key: id, Err: herr}
+	if q.cfg.OnError == nil {
+		ie.Cooldown = q.cool.Add(id, key, time.Now())
+		return ie
+	}
+	cool := func(err error) error {
+		ie.Err = fmt.Errorf("%w; recording it failed: %w", herr, err)
+		ie.Cooldown = q.cool.Add(id, key, time.Now())
+		return ie
+	}
+	tx, err := q.client.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return cool(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	row := *claimed
+	err = q.query(tx.NewSelect().Model(&row)).WherePK().Limit(1).For(q.client.dialect.SkipLocked()).Scan(ctx)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ie // it left the queue, or another worker holds it now
+	}
+	if err != nil {
+		return cool(err)
+	}
+	if err := callHandler(func() error { return q.cfg.OnError(ctx, tx, &row, herr) }); err != nil {
+		return cool(fmt.Errorf("OnError: %w", err))
+	}
+	still, err := q.stillQueued(ctx, tx, []T{row}, []outcome{recorded})
+	if err != nil {
+		return cool(err)
+	}
+	if err := tx.Commit(); err != nil {
+		return cool(err)
+	}
+	ie.Recorded = true
+	if still[0] {
+		ie.Err = fmt.Errorf("%w (recorded by OnError, but the row still matches the queue query)", herr)
+		ie.Cooldown = q.cool.Add(id, key, time.Now())
+	}
+	return ie
+}
+
+// stillQueued re-checks, with one query in tx, which of the items whose
+// outcome is succeeded or recorded still match the queue's query.
+func (q *Queue[T]) stillQueued(ctx context.Context, tx bun.Tx, items []T, outcomes []outcome) ([]bool, error) {
+	still := make([]bool, len(items))
+	probe := make([]T, 0, len(items))
+	index := map[string]int{}
+	for i := range items {
+		if outcomes[i] == released {
+			continue
+		}
+		probe = append(probe, items[i])
+		_, id := q.key(&items[i])
+		index[id] = i
+	}
+	if len(probe) == 0 {
+		return still, nil
+	}
+	err := q.query(tx.NewSelect().Model(&probe)).
+		Column(q.pkNames()...).
+		WherePK().
+		Limit(int64(len(probe))).
+		Scan(ctx)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("bunqueue: queue %q: re-check that processed rows left the queue: %w", q.name, err)
+	}
+	for i := range probe {
+		_, id := q.key(&probe[i])
+		if j, ok := index[id]; ok {
+			still[j] = true
+		}
+	}
+	return still, nil
+}
+
+// exec runs a savepoint statement for item i.
+func (q *Queue[T]) exec(ctx context.Context, tx bun.Tx, stmt string, i int) error {
+	if _, err := tx.ExecContext(ctx, stmt+" bunqueue_"+strconv.Itoa(i)); err != nil {
+		return fmt.Errorf("bunqueue: queue %q: %s: %w", q.name, stmt, err)
+	}
+	return nil
+}
+
+// callHandler runs fn, turning a panic into a *PanicError.
+func callHandler(fn func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return fn()
+}
+
+// sleep waits d or until ctx ends; it reports whether the full wait passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
