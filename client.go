@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -176,7 +177,11 @@ func (c *Client) work(ctx context.Context, r *runner) {
 		}
 		res := r.run(ctx, r.batch)
 		for _, err := range res.itemErrs {
-			log.ErrorContext(ctx, "bunqueue: item failed", "error", err)
+			level := slog.LevelError
+			if ie := (*ItemError)(nil); errors.As(err, &ie) && ie.Recorded && ie.Cooldown == 0 {
+				level = slog.LevelWarn // OnError recorded it on the row
+			}
+			log.Log(ctx, level, "bunqueue: item failed", "error", err)
 		}
 		var wait time.Duration
 		switch {

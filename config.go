@@ -23,7 +23,8 @@ const (
 	// failing, or a handler that did not take the row out of the queue).
 	// The wait doubles on each further failure, up to CooldownMax.
 	CooldownDefault = time.Second
-	// CooldownMax caps the doubling cooldown of a failing row.
+	// CooldownMax caps the doubling cooldown of a failing row, unless
+	// QueueConfig.Cooldown is longer.
 	CooldownMax = 10 * time.Minute
 	// CooldownLimit is how many rows one queue keeps cooling down; past it,
 	// the row whose wait ends first is dropped from the list.
@@ -62,7 +63,8 @@ type QueueConfig[T any] struct {
 	PollInterval time.Duration
 
 	// Cooldown is the first wait of a row that failed without leaving the
-	// queue; it doubles on each failure up to CooldownMax. Defaults to
+	// queue; it doubles on each failure up to CooldownMax (or Cooldown
+	// itself, if longer), ±10% jitter. Defaults to
 	// CooldownDefault.
 	Cooldown time.Duration
 

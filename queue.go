@@ -137,7 +137,7 @@ func (q *Queue[T]) attach(c *Client) error {
 	q.client = c
 	q.cfg = q.given.withDefaults(c.cfg)
 	q.table = table
-	q.cool = cooldown.New(q.cfg.Cooldown, CooldownMax, CooldownLimit)
+	q.cool = cooldown.New(q.cfg.Cooldown, max(q.cfg.Cooldown, CooldownMax), CooldownLimit)
 	q.wake = make(chan struct{}, q.cfg.Workers)
 	return nil
 }
