@@ -53,9 +53,9 @@ type QueueConfig[T any] struct {
 	Workers int
 
 	// BatchSize is the most rows one transaction locks and processes. With
-	// more than one, each row runs in its own SAVEPOINT, so a failing row
-	// does not undo the others, and the batch commits once. Defaults to
-	// BatchSizeDefault.
+	// more than one (or with OnError set), each row runs in its own
+	// SAVEPOINT, so a failing row does not undo the others, and the batch
+	// commits once. Defaults to BatchSizeDefault.
 	BatchSize int
 
 	// PollInterval is how long an idle worker waits before it looks again.

@@ -253,3 +253,54 @@ func str(t *testing.T, db bun.IDB, query string) string {
 	require.NoError(t, db.NewRaw(query).Scan(context.Background(), &s))
 	return s
 }
+
+type recordItem struct {
+	bun.BaseModel `bun:"table:bq_test_record"`
+	ID            int64 `bun:",pk"`
+	Status        string
+	Attempts      int
+	RetryAt       *time.Time
+}
+
+// With several workers and batches of one, every failure reaches OnError
+// while the row is still locked: no other worker can take the row between
+// the failure and its record.
+func TestEveryFailureIsRecordedUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	const rows = 300
+	db := dbtest.Open(t, 0)
+	createTable(t, db, "bq_test_record", "id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL DEFAULT 'waiting', attempts INT NOT NULL DEFAULT 0, retry_at DATETIME(6) NULL, INDEX (status, id)")
+	for i := 1; i <= rows; i++ {
+		dbtest.Exec(t, db, "INSERT INTO bq_test_record (id) VALUES ("+itoa(i)+")")
+	}
+	var calls, failures, recorded atomic.Int64
+	q := bunqueue.NewQueue("record",
+		func(q *bun.SelectQuery) *bun.SelectQuery {
+			return q.Where("status = 'waiting'").Where("retry_at IS NULL OR retry_at <= NOW(6)").Order("id")
+		},
+		func(ctx context.Context, tx bun.Tx, it *recordItem) error {
+			calls.Add(1)
+			if it.ID%2 == 0 {
+				failures.Add(1)
+				return errors.New("flaky")
+			}
+			_, err := tx.NewUpdate().Model(it).Set("status = 'sent'").WherePK().Exec(ctx)
+			return err
+		},
+		&bunqueue.QueueConfig[recordItem]{Workers: 4, OnError: func(ctx context.Context, tx bun.Tx, it *recordItem, _ error) error {
+			recorded.Add(1)
+			_, err := tx.NewUpdate().Model(it).
+				Set("attempts = attempts + 1").
+				Set("retry_at = NOW(6) + INTERVAL 1 HOUR").
+				WherePK().Exec(ctx)
+			return err
+		}})
+	start(t, newClient(t, db, q))
+	eventually(t, 30*time.Second, func() bool {
+		return count(t, db, "SELECT COUNT(*) FROM bq_test_record WHERE status = 'waiting' AND retry_at IS NULL") == 0
+	}, "every row tried")
+	require.Equal(t, int64(rows), calls.Load(), "a failed row was taken again before its failure was recorded")
+	require.Equal(t, int64(rows/2), failures.Load())
+	require.Equal(t, int64(rows/2), recorded.Load())
+	require.Equal(t, rows/2, count(t, db, "SELECT SUM(attempts) FROM bq_test_record"))
+}

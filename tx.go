@@ -75,7 +75,10 @@ func (q *Queue[T]) tryBatch(ctx context.Context, limit int) (res batchResult) {
 		return res
 	}
 
-	withSavepoints := len(items) > 1
+	// Each row runs in its own savepoint when a failure must be undone
+	// while the others' writes (or the row's lock, for OnError) are kept.
+	// A lone row without OnError needs none: a failure rolls back it all.
+	withSavepoints := len(items) > 1 || q.cfg.OnError != nil
 	outcomes := make([]outcome, len(items))
 	causes := make([]error, len(items))
 	for i := range items {
@@ -97,11 +100,10 @@ func (q *Queue[T]) tryBatch(ctx context.Context, limit int) (res batchResult) {
 			return res
 		}
 		if !withSavepoints {
-			// One item, no savepoint: undo everything and record the
-			// failure in a transaction of its own.
 			_ = tx.Rollback()
 			committed = true // nothing left to roll back
-			res.itemErrs = append(res.itemErrs, q.recordFailure(ctx, &claimed, herr))
+			key, id := q.key(&claimed)
+			res.itemErrs = append(res.itemErrs, &ItemError{Queue: q.name, Key: id, Err: herr, Cooldown: q.cool.Add(id, key, time.Now())})
 			return res
 		}
 		if err := q.exec(ctx, tx, "ROLLBACK TO SAVEPOINT", i); err != nil {
@@ -189,52 +191,6 @@ func (q *Queue[T]) tryBatch(ctx context.Context, limit int) (res batchResult) {
 	}
 	res.done = len(succeededKeys)
 	return res
-}
-
-// recordFailure runs OnError for a row whose handler failed in a batch of
-// one: it locks the row again, if it is still waiting and free, in a new
-// transaction.
-func (q *Queue[T]) recordFailure(ctx context.Context, claimed *T, herr error) error {
-	key, id := q.key(claimed)
-	ie := &ItemError{Queue: q.name, Key: id, Err: herr}
-	if q.cfg.OnError == nil {
-		ie.Cooldown = q.cool.Add(id, key, time.Now())
-		return ie
-	}
-	cool := func(err error) error {
-		ie.Err = fmt.Errorf("%w; recording it failed: %w", herr, err)
-		ie.Cooldown = q.cool.Add(id, key, time.Now())
-		return ie
-	}
-	tx, err := q.client.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return cool(err)
-	}
-	defer func() { _ = tx.Rollback() }()
-	row := *claimed
-	err = q.query(tx.NewSelect().Model(&row)).WherePK().Limit(1).For(q.client.dialect.SkipLocked()).Scan(ctx)
-	if errors.Is(err, sql.ErrNoRows) {
-		return ie // it left the queue, or another worker holds it now
-	}
-	if err != nil {
-		return cool(err)
-	}
-	if err := callHandler(func() error { return q.cfg.OnError(ctx, tx, &row, herr) }); err != nil {
-		return cool(fmt.Errorf("OnError: %w", err))
-	}
-	still, err := q.stillQueued(ctx, tx, []T{row}, []outcome{recorded})
-	if err != nil {
-		return cool(err)
-	}
-	if err := tx.Commit(); err != nil {
-		return cool(err)
-	}
-	ie.Recorded = true
-	if still[0] {
-		ie.Err = fmt.Errorf("%w (recorded by OnError, but the row still matches the queue query)", herr)
-		ie.Cooldown = q.cool.Add(id, key, time.Now())
-	}
-	return ie
 }
 
 // stillQueued re-checks, with one query in tx, which of the items whose
