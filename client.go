@@ -60,7 +60,10 @@ func (c *Client) Add(q AnyQueue) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.started {
+	switch {
+	case c.stopped:
+		return ErrStopped
+	case c.started:
 		return ErrStarted
 	}
 	if c.names[q.Name()] {

@@ -115,6 +115,10 @@ func (q *Queue[T]) tryBatch(ctx context.Context, limit int) (res batchResult) {
 			continue
 		}
 		if oerr := callHandler(func() error { return q.cfg.OnError(ctx, tx, &claimed, herr) }); oerr != nil {
+			if q.client.dialect.Retryable(oerr) || ctx.Err() != nil {
+				res.err = fmt.Errorf("bunqueue: queue %q: OnError: %w", q.name, oerr)
+				return res
+			}
 			if err := q.exec(ctx, tx, "ROLLBACK TO SAVEPOINT", i); err != nil {
 				res.err = err
 				return res

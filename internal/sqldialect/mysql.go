@@ -18,8 +18,12 @@ type MySQL struct{}
 // ProbeTable is the small table the startup probe locks rows of.
 const ProbeTable = "bunqueue_probe"
 
-// probeWait bounds how long the probe waits for the second connection.
-const probeWait = 3 * time.Second
+// probeWait bounds how long the second connection may wait for its row;
+// probeTimeout bounds the whole probe, connections included.
+const (
+	probeWait    = 3 * time.Second
+	probeTimeout = 15 * time.Second
+)
 
 // SkipLocked implements Dialect.
 func (MySQL) SkipLocked() string { return "UPDATE SKIP LOCKED" }
@@ -37,11 +41,19 @@ func (MySQL) Retryable(err error) bool {
 	return false
 }
 
-// CheckServer implements Dialect. It creates ProbeTable if needed.
+// CheckServer implements Dialect. It creates ProbeTable if it is missing
+// (only then: CREATE TABLE IF NOT EXISTS needs the CREATE privilege even
+// when the table exists).
 func (d MySQL) CheckServer(ctx context.Context, db *bun.DB) error {
-	if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+ProbeTable+
-		" (id INT NOT NULL PRIMARY KEY) ENGINE=InnoDB"); err != nil {
-		return fmt.Errorf("bunqueue: create the startup probe table %s (the probe proves the server skips locked rows; grant CREATE or create it yourself): %w", ProbeTable, err)
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?", ProbeTable).Scan(&n); err != nil {
+		return fmt.Errorf("bunqueue: startup probe: %w", err)
+	}
+	if n == 0 {
+		if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+ProbeTable+
+			" (id INT NOT NULL PRIMARY KEY) ENGINE=InnoDB"); err != nil {
+			return fmt.Errorf("bunqueue: create the startup probe table %s (the probe proves the server skips locked rows; grant CREATE, or create it once as an administrator: CREATE TABLE %s (id INT NOT NULL PRIMARY KEY) ENGINE=InnoDB): %w", ProbeTable, ProbeTable, err)
+		}
 	}
 	return d.Probe(ctx, db, ProbeTable)
 }
@@ -59,34 +71,42 @@ func (MySQL) Probe(ctx context.Context, db *bun.DB, table string) error {
 	}
 	needs := "bunqueue needs a server that skips locked rows (MySQL 8.0.1+ or MariaDB 10.6+, InnoDB tables)"
 
-	holder, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	failed := func(err error) error {
+		if pctx.Err() != nil && ctx.Err() == nil {
+			return fmt.Errorf("bunqueue: startup probe: no connection or no lock on %s within %s (is the connection pool busy, or another session holding the probe row?): %w", table, probeTimeout, err)
+		}
 		return fmt.Errorf("bunqueue: startup probe: %w", err)
+	}
+	holder, err := db.BeginTx(pctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return failed(err)
 	}
 	defer func() { _ = holder.Rollback() }()
 	var id int
-	if err := holder.QueryRowContext(ctx, "SELECT id FROM "+table+" WHERE id = 1 FOR UPDATE").Scan(&id); err != nil {
-		return fmt.Errorf("bunqueue: startup probe: %w", err)
+	if err := holder.QueryRowContext(pctx, "SELECT id FROM "+table+" WHERE id = 1 FOR UPDATE").Scan(&id); err != nil {
+		return failed(err)
 	}
-
-	wctx, cancel := context.WithTimeout(ctx, probeWait)
-	defer cancel()
-	other, err := db.BeginTx(wctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	other, err := db.BeginTx(pctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
-		return fmt.Errorf("bunqueue: startup probe: %w", err)
+		return failed(err)
 	}
 	defer func() { _ = other.Rollback() }()
+
+	wctx, wcancel := context.WithTimeout(pctx, probeWait)
+	defer wcancel()
 	err = other.QueryRowContext(wctx, "SELECT id FROM "+table+" ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED").Scan(&id)
 	var me *mysql.MySQLError
 	switch {
 	case errors.As(err, &me) && me.Number == 1064:
 		return fmt.Errorf("bunqueue: server %s does not understand SKIP LOCKED; %s: %w", version, needs, err)
-	case wctx.Err() != nil && ctx.Err() == nil:
+	case wctx.Err() != nil && pctx.Err() == nil:
 		return fmt.Errorf("bunqueue: server %s waited for a locked row instead of skipping it; %s", version, needs)
 	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("bunqueue: server %s skipped unlocked rows in the startup probe; %s", version, needs)
 	case err != nil:
-		return fmt.Errorf("bunqueue: startup probe: %w", err)
+		return failed(err)
 	case id != 2:
 		return fmt.Errorf("bunqueue: server %s returned a row another transaction had locked: it ignores SKIP LOCKED; %s", version, needs)
 	}

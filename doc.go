@@ -1,0 +1,164 @@
+// Package bunqueue makes any table of an application a work queue on
+// MySQL 8 and MariaDB, with SELECT … FOR UPDATE SKIP LOCKED doing the
+// locking. It works through the application's [bun.DB], and its workers
+// run as goroutines inside the application's process.
+//
+// # The queue is the query
+//
+// A queue is a query over an existing bun model: a row that matches the
+// query is, by definition, in the queue. A worker locks the next matching
+// rows in a transaction, skipping rows other transactions hold, runs the
+// handler on them and commits. The query's ORDER BY is the queue's
+// priority, a condition on a time column is a schedule
+// (retry_at <= NOW()), and one table can hold several queues. There are no
+// bookkeeping columns and no claims to expire: if a worker dies, the
+// server rolls its transaction back and the row is simply in the queue
+// again.
+//
+// There is one rule: the handler must change the row, through the
+// transaction it is given, so that the row no longer matches the query.
+// That is how a row leaves the queue. The library checks it instead of
+// trusting it: before commit it runs the queue's query again for the
+// processed rows, by primary key. A row that still matches had its
+// handler's writes rolled back; it is reported with an [ItemError] that
+// wraps [ErrStillQueued] and cooled down, so it is not processed in a loop.
+//
+// # Declaring a queue
+//
+// [NewQueue] takes a name, a [QueryFunc] that adds the queue's conditions
+// and ORDER BY to a select over the model (not LIMIT or FOR: the library
+// adds them), a [HandlerFunc] and an optional [QueueConfig]. The model must
+// be a struct with a primary key (`bun:",pk"`).
+//
+//	emails := bunqueue.NewQueue("emails",
+//		func(q *bun.SelectQuery) *bun.SelectQuery {
+//			return q.Where("status = 'waiting'").
+//				Where("retry_at IS NULL OR retry_at <= NOW()").
+//				Order("id")
+//		},
+//		func(ctx context.Context, tx bun.Tx, e *Email) error {
+//			if err := send(ctx, e); err != nil {
+//				return err // the handler's writes are undone, then OnError runs
+//			}
+//			_, err := tx.NewUpdate().Model(e).Set("status = 'sent'").WherePK().Exec(ctx)
+//			return err
+//		},
+//		&bunqueue.QueueConfig[Email]{Workers: 4, OnError: recordFailure},
+//	)
+//
+//	client, err := bunqueue.NewClient(db, nil) // nil: default Config
+//	err = client.Add(emails)   // checks the declaration; errors name the field
+//	err = client.Start(ctx)    // checks the server and tables, starts the workers
+//	defer client.Stop(ctx)     // stops claiming, lets rows in flight commit
+//
+// [Client.Add] reports what is wrong with a declaration: an empty name, a
+// nil query or handler, a negative setting, a model that is not a struct
+// or has no primary key, a name already used on the client, a queue
+// already added to another client. Once a queue is added,
+// [Queue.ProcessNext] processes one row in the calling goroutine and
+// [Queue.Count] counts waiting rows, with or without [Client.Start]: they
+// suit tests and cron-style programs.
+//
+// # The item transaction
+//
+// Each worker of a queue repeats one transaction:
+//
+//   - BEGIN at READ COMMITTED (through [sql.TxOptions], which MySQL 8 and
+//     MariaDB both accept). READ COMMITTED takes no gap locks on
+//     searches, so claimers do not block producers that insert rows.
+//   - SELECT the queue's query with LIMIT [QueueConfig.BatchSize] and FOR
+//     UPDATE SKIP LOCKED, leaving out the rows this process is cooling
+//     down. Rows other transactions hold are skipped, not waited for.
+//   - Run the handler on each row with the transaction's [bun.Tx]. A panic
+//     is recovered and becomes a [PanicError].
+//   - Run the queue's query again for the rows, by primary key (the one
+//     rule above), and COMMIT once.
+//
+// Each row runs inside a SAVEPOINT when the batch has more than one row
+// or [QueueConfig.OnError] is set. A failing row is rolled back to its
+// savepoint, so the other rows of the batch keep their work, and OnError
+// runs for it in the batch's transaction while the row is still locked;
+// its writes commit with the batch. If OnError fails, its writes are
+// rolled back too. A lone row without OnError needs no savepoint: its
+// failure rolls the whole transaction back. A row whose handler succeeded
+// but that still matches the query is rolled back to its savepoint, which
+// undoes the rows after it in the batch as well: they return to the queue
+// as they were, and their handlers will run again.
+//
+// OnError is where a failure is recorded on the row: an attempts count, a
+// retry_at in the future, a failed status, anything that takes the row out
+// of the query for a while or for good. Compare times in SQL, on the
+// database's clock (NOW()), not the application's. A failure that is not
+// recorded that way (no OnError, OnError failed, ErrStillQueued, or OnError
+// wrote but the row still matches) leaves the row in the queue; this
+// process then leaves it alone for [QueueConfig.Cooldown], a wait that
+// doubles on each further failure up to [CooldownMax] (±10% jitter), for at
+// most [CooldownLimit] rows per queue. The cooldown is kept in memory:
+// other processes, and this one after a restart, see the row at once.
+//
+// A deadlock (error 1213), a lock wait timeout (1205) or MariaDB's
+// "record has changed" (1020), from any statement including the handler's
+// own, rolls the whole transaction back and runs it again after a short
+// jittered wait, a few times, before the error is returned; the handler
+// may therefore run again on the same row.
+//
+// A row's failure is an [ItemError]: [Queue.ProcessNext] returns it, and a
+// started client's workers log it to [Config.Logger].
+//
+// # Workers
+//
+// [QueueConfig.Workers] goroutines per queue claim batches while they find
+// rows; each holds one database connection while it processes a batch.
+// An idle worker looks again after a wait drawn from [¾, 1] ×
+// [QueueConfig.PollInterval]; a worker that claimed a full batch wakes a
+// sleeping sibling. After a failed transaction a worker backs off
+// exponentially.
+//
+// # Guarantees
+//
+//   - At least once: a row stays in its queue until a transaction that
+//     takes it out commits.
+//   - Never two workers on one row at a time: the row's lock is held for
+//     the whole of its handler, and the lock is the server's, so this holds
+//     across processes and hosts.
+//   - Database writes made through the item's tx happen exactly once,
+//     together with the change that takes the row out of the queue: they
+//     commit together or not at all.
+//   - External effects (an email, an HTTP call) can happen more than once:
+//     a crash, a lost connection or a failed commit after the effect puts
+//     the row back in the queue. Make them idempotent.
+//
+// Writes made through the [bun.DB] instead of the item's tx are not part
+// of the item's transaction: they are not undone when it fails, and they
+// can wait for locks the item's transaction holds.
+//
+// # Stopping
+//
+// [Client.Stop] stops claiming and waits for the transactions in flight to
+// commit. If its context ends first, it cancels the handlers' contexts:
+// their transactions roll back and their rows return to the queue. It then
+// waits for the handlers to return and reports the context's error. Stop
+// may be called more than once, and before Start. A client runs once:
+// [Client.Start] after Stop returns [ErrStopped].
+//
+// # Requirements
+//
+//   - MySQL 8.0.1+ or MariaDB 10.6+, through bun's mysqldialect. Start
+//     proves that the server skips locked rows, with two connections and a
+//     two-row table named bunqueue_probe that it creates if missing (a
+//     user without the CREATE privilege needs it created once by an
+//     administrator: CREATE TABLE bunqueue_probe (id INT NOT NULL PRIMARY
+//     KEY) ENGINE=InnoDB).
+//   - InnoDB tables: other engines ignore row locks and SKIP LOCKED. Start
+//     refuses a queue whose table is missing, is a view, or is not InnoDB.
+//   - parseTime=true&loc=UTC in the DSN, so that DATETIME columns scan into
+//     time.Time as UTC.
+//   - A connection pool with room for the workers: Start refuses a pool
+//     whose SetMaxOpenConns is below the sum of all queues' workers plus 2
+//     (0, no limit, is fine).
+//   - An index that serves the queue's query: its WHERE columns, then its
+//     ORDER BY columns. Without one, a scan or a filesort under FOR UPDATE
+//     can lock every matching row, not just the rows it returns: other
+//     workers then find nothing, and writers wait. Start does not check
+//     this; look at EXPLAIN.
+package bunqueue
