@@ -23,7 +23,11 @@ type Client struct {
 	cfg     Config
 	dialect sqldialect.Dialect
 
+	packetMu sync.Mutex
+	packet   int // max_allowed_packet, once read
+
 	mu       sync.Mutex
+	kinds    map[string]runJob // job workers by kind
 	queues   []AnyQueue
 	names    map[string]bool
 	started  bool
@@ -48,7 +52,7 @@ func NewClient(db *bun.DB, cfg *Config) (*Client, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Client{db: db, cfg: c, dialect: d, names: map[string]bool{}, stopping: make(chan struct{})}, nil
+	return &Client{db: db, cfg: c, dialect: d, names: map[string]bool{}, kinds: map[string]runJob{}, stopping: make(chan struct{})}, nil
 }
 
 // Add adds a queue to the client. It checks the queue's declaration and
@@ -93,10 +97,16 @@ func (c *Client) Start(ctx context.Context) error {
 		return ErrStarted
 	}
 	runners := make([]*runner, len(c.queues))
-	total := 0
 	for i, q := range c.queues {
 		runners[i] = q.runner()
-		total += runners[i].workers
+	}
+	jobs := len(c.kinds) > 0
+	if jobs {
+		runners = append(runners, c.jobRunners()...)
+	}
+	total := 0
+	for _, r := range runners {
+		total += r.workers
 	}
 	if max := c.db.Stats().MaxOpenConnections; max > 0 && max < total+2 {
 		return fmt.Errorf("bunqueue: the connection pool allows %d connections but the queues run %d workers; "+
@@ -107,8 +117,18 @@ func (c *Client) Start(ctx context.Context) error {
 		return err
 	}
 	for _, r := range runners {
+		if r.table == nil {
+			continue // a jobs queue: checked below
+		}
 		if err := c.dialect.CheckTable(ctx, c.db, tableSchema(c.db, r.table), r.table.Name); err != nil {
 			return fmt.Errorf("bunqueue: queue %q: %w", r.name, err)
+		}
+	}
+	if jobs {
+		for _, t := range []string{"bunqueue_jobs", "bunqueue_failed_jobs"} {
+			if err := c.dialect.CheckTable(ctx, c.db, "", t); err != nil {
+				return fmt.Errorf("bunqueue: the jobs tables are not ready (run bunqueue.Migrate, or apply bunqueue.MigrationSQL): %w", err)
+			}
 		}
 	}
 	workCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -119,6 +139,10 @@ func (c *Client) Start(ctx context.Context) error {
 			c.workers.Add(1)
 			go c.work(workCtx, r)
 		}
+	}
+	if jobs && c.cfg.Retention > 0 {
+		c.workers.Add(1)
+		go c.clean(workCtx)
 	}
 	return nil
 }

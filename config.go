@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+
+	"github.com/bunqueue/bunqueue/internal/backoff"
 )
 
 // Defaults used where a Config or QueueConfig field is left zero.
@@ -29,7 +31,59 @@ const (
 	// CooldownLimit is how many rows one queue keeps cooling down; past it,
 	// the row whose wait ends first is dropped from the list.
 	CooldownLimit = 1000
+
+	// QueueDefault is the jobs queue used when EnqueueOpts.Queue is empty,
+	// and the only one when Config.JobQueues is nil.
+	QueueDefault = "default"
+	// MaxAttemptsDefault is how many attempts a job gets when
+	// EnqueueOpts.MaxAttempts is zero.
+	MaxAttemptsDefault = 25
+	// LeaseDefault is how long a lease-mode claim holds a job before
+	// another worker may take it, unless heartbeats extend it.
+	LeaseDefault = 5 * time.Minute
+	// BackoffBase, BackoffMax and BackoffJitter shape DefaultBackoff.
+	BackoffBase   = time.Second
+	BackoffMax    = time.Hour
+	BackoffJitter = 0.2
 )
+
+// BackoffFunc returns how long a job waits before its next attempt after
+// its attempt-th failure (attempt is 1 after the first failure).
+type BackoffFunc func(attempt int) time.Duration
+
+// DefaultBackoff is BackoffBase·2^(attempt−1), capped at BackoffMax, with
+// ±BackoffJitter jitter: about 1 s, 2 s, 4 s … up to an hour.
+func DefaultBackoff(attempt int) time.Duration {
+	return backoff.Jitter(backoff.Exponential(attempt, BackoffBase, BackoffMax), BackoffJitter)
+}
+
+// JobQueueConfig configures one queue of the jobs table. Its zero value
+// means defaults.
+type JobQueueConfig struct {
+	// Workers is the number of goroutines running this queue's jobs in
+	// this process. Defaults to WorkersDefault.
+	Workers int
+	// BatchSize is how many jobs one claim takes. In lock mode they run in
+	// one transaction, each in its own savepoint; in lease mode they are
+	// leased together and run one after the other. Defaults to
+	// BatchSizeDefault.
+	BatchSize int
+	// Mode is ModeLock (the default) or ModeLease.
+	Mode JobMode
+	// Lease is how long a lease-mode claim holds a job. A worker extends
+	// it every Lease/3 while the job runs, and cancels the job's context
+	// if it could not extend it before it ends, so that a job never runs
+	// on after another worker may have taken it. Defaults to LeaseDefault.
+	// Ignored in lock mode.
+	Lease time.Duration
+	// Timeout bounds one attempt of a job: its context is cancelled after
+	// Timeout, and the attempt fails. In lease mode it must be below
+	// Lease. Zero means no timeout.
+	Timeout time.Duration
+	// PollInterval is how long an idle worker waits before it looks again.
+	// Defaults to Config.PollInterval.
+	PollInterval time.Duration
+}
 
 // Config configures a Client. A nil *Config, and its zero value, mean
 // defaults.
@@ -42,6 +96,21 @@ type Config struct {
 	// PollInterval is used by queues whose QueueConfig.PollInterval is
 	// zero. Defaults to PollIntervalDefault.
 	PollInterval time.Duration
+
+	// JobQueues configures the queues of the jobs table, by name. Enqueue
+	// refuses a queue that is not listed. Defaults to one queue named
+	// QueueDefault with default settings. Their workers run only if at
+	// least one worker was added with AddWorker.
+	JobQueues map[string]JobQueueConfig
+
+	// Backoff computes the wait before a failed job's next attempt.
+	// Defaults to DefaultBackoff.
+	Backoff BackoffFunc
+
+	// Retention keeps completed jobs in bunqueue_jobs for this long, then
+	// a cleaner deletes them in batches by primary key. Zero (the
+	// default) deletes a job as it completes, in its worker's transaction.
+	Retention time.Duration
 }
 
 // QueueConfig configures a Queue. A nil *QueueConfig, and its zero value,
@@ -89,15 +158,71 @@ func (c *Config) withDefaults() Config {
 	if out.PollInterval == 0 {
 		out.PollInterval = PollIntervalDefault
 	}
+	if out.Backoff == nil {
+		out.Backoff = DefaultBackoff
+	}
+	queues := map[string]JobQueueConfig{}
+	for name, q := range out.JobQueues {
+		queues[name] = q.withDefaults(out)
+	}
+	if out.JobQueues == nil {
+		queues[QueueDefault] = JobQueueConfig{}.withDefaults(out)
+	}
+	out.JobQueues = queues
 	return out
 }
 
+func (q JobQueueConfig) withDefaults(c Config) JobQueueConfig {
+	if q.Workers == 0 {
+		q.Workers = WorkersDefault
+	}
+	if q.BatchSize == 0 {
+		q.BatchSize = BatchSizeDefault
+	}
+	if q.Lease == 0 {
+		q.Lease = LeaseDefault
+	}
+	if q.PollInterval == 0 {
+		q.PollInterval = c.PollInterval
+	}
+	return q
+}
+
 func (c Config) validate() error {
-	if c.PollInterval < 0 {
+	switch {
+	case c.PollInterval < 0:
 		return fmt.Errorf("bunqueue: Config.PollInterval must not be negative, got %s", c.PollInterval)
+	case c.Retention < 0:
+		return fmt.Errorf("bunqueue: Config.Retention must not be negative, got %s", c.Retention)
+	}
+	for name, q := range c.JobQueues {
+		field := func(f string, v any) error {
+			return fmt.Errorf("bunqueue: Config.JobQueues[%q].%s must not be negative, got %v", name, f, v)
+		}
+		switch {
+		case name == "" || len(name) > 128:
+			return fmt.Errorf("bunqueue: Config.JobQueues: a queue name must have 1 to 128 bytes, got %q", name)
+		case q.Workers < 0:
+			return field("Workers", q.Workers)
+		case q.BatchSize < 0:
+			return field("BatchSize", q.BatchSize)
+		case q.Lease < 0:
+			return field("Lease", q.Lease)
+		case q.Timeout < 0:
+			return field("Timeout", q.Timeout)
+		case q.PollInterval < 0:
+			return field("PollInterval", q.PollInterval)
+		case q.Mode != ModeLock && q.Mode != ModeLease:
+			return fmt.Errorf("bunqueue: Config.JobQueues[%q].Mode must be ModeLock or ModeLease, got %d", name, int(q.Mode))
+		case q.Mode == ModeLease && q.Lease < time.Second:
+			return fmt.Errorf("bunqueue: Config.JobQueues[%q].Lease must be at least 1s, got %s", name, q.Lease)
+		case q.Mode == ModeLease && q.Timeout >= q.Lease:
+			return fmt.Errorf("bunqueue: Config.JobQueues[%q].Timeout (%s) must be below the Lease", name, q.Timeout)
+		}
 	}
 	return nil
 }
+
 
 func (c *QueueConfig[T]) withDefaults(client Config) QueueConfig[T] {
 	var out QueueConfig[T]

@@ -34,6 +34,7 @@ type Queue[T any] struct {
 	query   QueryFunc
 	handler HandlerFunc[T]
 	given   *QueueConfig[T]
+	trusted bool // the library's own handler: skip the leave-the-query re-check
 
 	// Set by Client.Add.
 	client *Client

@@ -1,0 +1,259 @@
+package bunqueue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/bunqueue/bunqueue/internal/backoff"
+)
+
+// EnqueueOpts are the options of one job. A nil *EnqueueOpts, and zero
+// fields, mean defaults.
+type EnqueueOpts struct {
+	// Queue is the jobs queue, one of Config.JobQueues. Defaults to
+	// QueueDefault.
+	Queue string
+	// Priority orders the jobs of a queue: lower runs first, then earlier
+	// RunAt, then enqueue order. Defaults to 0; -32768 to 32767.
+	Priority int
+	// RunAt schedules the job for a time (stored in UTC). Zero means now,
+	// by the database clock.
+	RunAt time.Time
+	// Delay schedules the job this long after now, by the database clock.
+	// Set RunAt or Delay, not both.
+	Delay time.Duration
+	// MaxAttempts is how many attempts the job gets before it moves to the
+	// failed-jobs table. Defaults to MaxAttemptsDefault.
+	MaxAttempts int
+	// UniqueKey, if set, makes the job unique while it is pending: as long
+	// as a job with this key waits or runs, enqueueing another with the
+	// same key returns the existing job (EnqueueResult.Duplicate) and
+	// inserts nothing. The key is released when the job completes or
+	// fails for good. At most 255 bytes.
+	UniqueKey string
+	// Metadata is stored with the job and given to its worker in
+	// Job.Metadata.
+	Metadata map[string]string
+}
+
+// EnqueueResult is what Enqueue did.
+type EnqueueResult struct {
+	// ID is the job's id: the new job's, or the pending job's that has the
+	// same UniqueKey.
+	ID int64
+	// Duplicate is true when a pending job with the same UniqueKey
+	// existed and nothing was inserted.
+	Duplicate bool
+}
+
+// EnqueueParams is one job for EnqueueMany.
+type EnqueueParams struct {
+	Args JobArgs
+	Opts *EnqueueOpts
+}
+
+// Enqueue adds a job to the jobs table through db: pass the bun.Tx of the
+// business write that causes the job, and the job exists if and only if
+// that transaction commits. A *bun.DB inserts it at once. Args are stored
+// as JSON; args that cannot be encoded, an unknown queue, bad options or a
+// payload larger than the server's max_allowed_packet are an error, and
+// nothing is inserted.
+//
+// Duplicate detection relies on the driver's default clientFoundRows=false.
+func (c *Client) Enqueue(ctx context.Context, db bun.IDB, args JobArgs, opts *EnqueueOpts) (EnqueueResult, error) {
+	row, err := c.jobValues(ctx, db, EnqueueParams{Args: args, Opts: opts})
+	if err != nil {
+		return EnqueueResult{}, err
+	}
+	var res EnqueueResult
+	err = c.retryOutsideTx(ctx, db, func() error {
+		r, err := db.NewRaw(insertJobsSQL+row+onDuplicate).Exec(ctx)
+		if err != nil {
+			return err
+		}
+		n, _ := r.RowsAffected()
+		id, err := r.LastInsertId()
+		res = EnqueueResult{ID: id, Duplicate: n == 0}
+		return err
+	})
+	if err != nil {
+		return EnqueueResult{}, fmt.Errorf("bunqueue: enqueue %s: %w", args.Kind(), err)
+	}
+	return res, nil
+}
+
+// EnqueueMany adds jobs like Enqueue, with multi-row INSERTs (as few as
+// max_allowed_packet allows), and returns how many were inserted: jobs
+// whose UniqueKey is pending are skipped. If any job is invalid, nothing is
+// inserted. Through a *bun.DB the statements commit one by one; pass a
+// bun.Tx to make them all or nothing.
+func (c *Client) EnqueueMany(ctx context.Context, db bun.IDB, jobs []EnqueueParams) (int, error) {
+	if len(jobs) == 0 {
+		return 0, nil
+	}
+	limit, err := c.maxPacket(ctx, db)
+	if err != nil {
+		return 0, err
+	}
+	var stmts []string
+	var b strings.Builder
+	rows := 0
+	for i, p := range jobs {
+		row, err := c.jobValues(ctx, db, p)
+		if err != nil {
+			return 0, fmt.Errorf("bunqueue: EnqueueMany: job %d: %w", i, err)
+		}
+		if rows > 0 && (b.Len()+len(row)+len(onDuplicate)+2 > limit-1024 || rows == 1000) {
+			stmts = append(stmts, b.String()+onDuplicate)
+			b.Reset()
+			rows = 0
+		}
+		if rows == 0 {
+			b.WriteString(insertJobsSQL)
+		} else {
+			b.WriteString(",\n")
+		}
+		b.WriteString(row)
+		rows++
+	}
+	stmts = append(stmts, b.String()+onDuplicate)
+	inserted := 0
+	for _, s := range stmts {
+		err := c.retryOutsideTx(ctx, db, func() error {
+			r, err := db.NewRaw(s).Exec(ctx)
+			if err != nil {
+				return err
+			}
+			n, err := r.RowsAffected()
+			inserted += int(n)
+			return err
+		})
+		if err != nil {
+			return inserted, fmt.Errorf("bunqueue: EnqueueMany: %w", err)
+		}
+	}
+	return inserted, nil
+}
+
+const (
+	insertJobsSQL = "INSERT INTO bunqueue_jobs (queue, kind, args, metadata, priority, max_attempts, run_at, created_at, unique_key) VALUES "
+	onDuplicate   = " ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)"
+)
+
+// jobValues checks one job and renders its VALUES tuple.
+func (c *Client) jobValues(ctx context.Context, db bun.IDB, p EnqueueParams) (string, error) {
+	if p.Args == nil {
+		return "", errors.New("bunqueue: enqueue: args must not be nil")
+	}
+	var o EnqueueOpts
+	if p.Opts != nil {
+		o = *p.Opts
+	}
+	kind := p.Args.Kind()
+	if o.Queue == "" {
+		o.Queue = QueueDefault
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = MaxAttemptsDefault
+	}
+	fail := func(format string, a ...any) (string, error) {
+		return "", fmt.Errorf("bunqueue: enqueue %s: "+format, append([]any{kind}, a...)...)
+	}
+	switch _, known := c.cfg.JobQueues[o.Queue]; {
+	case kind == "" || len(kind) > 255:
+		return fail("Kind() must return 1 to 255 bytes")
+	case !known:
+		return fail("unknown queue %q: list it in Config.JobQueues", o.Queue)
+	case o.Priority < -32768 || o.Priority > 32767:
+		return fail("EnqueueOpts.Priority must be within -32768..32767, got %d", o.Priority)
+	case o.MaxAttempts < 0:
+		return fail("EnqueueOpts.MaxAttempts must not be negative, got %d", o.MaxAttempts)
+	case o.Delay < 0:
+		return fail("EnqueueOpts.Delay must not be negative, got %s", o.Delay)
+	case o.Delay > 0 && !o.RunAt.IsZero():
+		return fail("set EnqueueOpts.RunAt or EnqueueOpts.Delay, not both")
+	case len(o.UniqueKey) > 255:
+		return fail("EnqueueOpts.UniqueKey must have at most 255 bytes, got %d", len(o.UniqueKey))
+	}
+	args, err := json.Marshal(p.Args)
+	if err != nil {
+		return fail("encode args as JSON: %w", err)
+	}
+	var meta []byte
+	if len(o.Metadata) > 0 {
+		if meta, err = json.Marshal(o.Metadata); err != nil {
+			return fail("encode metadata: %w", err)
+		}
+	}
+	limit, err := c.maxPacket(ctx, db)
+	if err != nil {
+		return "", err
+	}
+	// bun writes bytes as hex literals: two bytes of SQL per byte.
+	if size := 2*(len(args)+len(meta)) + 1024; size > limit {
+		return fail("the payload (%d bytes of JSON args, %d of metadata) does not fit in the server's max_allowed_packet (%d bytes)", len(args), len(meta), limit)
+	}
+	runAt := bun.Safe("UTC_TIMESTAMP(6)")
+	if d := o.Delay; d > 0 {
+		runAt = bun.Safe(fmt.Sprintf("UTC_TIMESTAMP(6) + INTERVAL %d MICROSECOND", d.Microseconds()))
+	}
+	if !o.RunAt.IsZero() {
+		runAt = sqlTime(o.RunAt)
+	}
+	var unique any
+	if o.UniqueKey != "" {
+		unique = o.UniqueKey
+	}
+	var metaArg any
+	if meta != nil {
+		metaArg = meta
+	}
+	b, err := db.NewRaw("(?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), ?)",
+		o.Queue, kind, args, metaArg, o.Priority, o.MaxAttempts, runAt, unique).AppendQuery(c.db.QueryGen(), nil)
+	if err != nil {
+		return "", fmt.Errorf("bunqueue: enqueue %s: %w", kind, err)
+	}
+	return string(b), nil
+}
+
+// maxPacket returns the server's max_allowed_packet, read once.
+func (c *Client) maxPacket(ctx context.Context, db bun.IDB) (int, error) {
+	c.packetMu.Lock()
+	defer c.packetMu.Unlock()
+	if c.packet > 0 {
+		return c.packet, nil
+	}
+	var n int
+	if err := db.NewRaw("SELECT @@max_allowed_packet").Scan(ctx, &n); err != nil {
+		return 0, fmt.Errorf("bunqueue: read max_allowed_packet: %w", err)
+	}
+	c.packet = n
+	return n, nil
+}
+
+// retryOutsideTx runs fn, and again after deadlocks and lock wait timeouts
+// when db is not a transaction (a transaction's fate is its owner's).
+func (c *Client) retryOutsideTx(ctx context.Context, db bun.IDB, fn func() error) error {
+	_, plain := db.(*bun.DB)
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		if err == nil || !plain || !c.dialect.Retryable(err) || attempt == txAttempts {
+			return err
+		}
+		if !sleep(ctx, backoff.Jitter(backoff.Exponential(attempt, 5*time.Millisecond, 500*time.Millisecond), 0.5)) {
+			return err
+		}
+	}
+}
+
+// sqlTime renders t in UTC as a DATETIME(6) literal. Formatted here: the
+// dialect may be set to convert times to another location.
+func sqlTime(t time.Time) bun.Safe {
+	return bun.Safe("'" + t.UTC().Format("2006-01-02 15:04:05.999999") + "'")
+}

@@ -1,0 +1,149 @@
+package bunqueue
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/uptrace/bun"
+)
+
+// FailedJob is a job that used up its attempts or was cancelled, as kept
+// in bunqueue_failed_jobs.
+type FailedJob struct {
+	bun.BaseModel `bun:"table:bunqueue_failed_jobs,alias:f"`
+
+	// ID is the failed job's id in bunqueue_failed_jobs.
+	ID int64 `bun:",pk,autoincrement"`
+	// JobID is the id the job had in bunqueue_jobs.
+	JobID int64
+	Queue string
+	Kind  string
+	// Args are the job's payload, byte for byte as it was enqueued: it is
+	// never parsed on the way here.
+	Args []byte
+	// Metadata is the JSON of EnqueueOpts.Metadata, or nil.
+	Metadata    []byte
+	Priority    int
+	Attempts    int
+	MaxAttempts int
+	// UniqueKey is the job's EnqueueOpts.UniqueKey, or nil.
+	UniqueKey *string
+	// Error is the last attempt's error; for a panic, with its stack.
+	Error     string
+	CreatedAt time.Time
+	FailedAt  time.Time
+}
+
+// FailedJobsFilter selects failed jobs, newest first. Its zero value
+// lists the 100 newest of all queues and kinds.
+type FailedJobsFilter struct {
+	// Queue and Kind, when set, keep only failed jobs of that queue and
+	// kind.
+	Queue string
+	Kind  string
+	// BeforeID, when set, keeps only failed jobs whose ID is below it: pass
+	// the last ID of a page to get the next one.
+	BeforeID int64
+	// Limit is the most failed jobs returned, 1 to 1000. Defaults to 100.
+	Limit int
+}
+
+// FailedJobs lists failed jobs, newest first.
+func (c *Client) FailedJobs(ctx context.Context, filter FailedJobsFilter) ([]FailedJob, error) {
+	return c.FailedJobsTx(ctx, c.db, filter)
+}
+
+// FailedJobsTx is FailedJobs through db, a transaction or a connection of
+// the app's.
+func (c *Client) FailedJobsTx(ctx context.Context, db bun.IDB, filter FailedJobsFilter) ([]FailedJob, error) {
+	if filter.Limit == 0 {
+		filter.Limit = 100
+	}
+	if filter.Limit < 0 || filter.Limit > 1000 {
+		return nil, fmt.Errorf("bunqueue: FailedJobsFilter.Limit must be within 1..1000, got %d", filter.Limit)
+	}
+	q := db.NewSelect().Model((*FailedJob)(nil))
+	if filter.Queue != "" {
+		q = q.Where("queue = ?", filter.Queue)
+	}
+	if filter.Kind != "" {
+		q = q.Where("kind = ?", filter.Kind)
+	}
+	if filter.BeforeID > 0 {
+		q = q.Where("id < ?", filter.BeforeID)
+	}
+	var out []FailedJob
+	if err := q.OrderExpr("id DESC").Limit(int64(filter.Limit)).Scan(ctx, &out); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("bunqueue: list failed jobs: %w", err)
+	}
+	return out, nil
+}
+
+// RetryFailed puts a failed job back in its queue, to run now with a fresh
+// set of attempts, and removes it from the failed jobs. It returns the
+// job's new id. If a pending job holds the same UniqueKey, that job's id is
+// returned and no second one is made.
+func (c *Client) RetryFailed(ctx context.Context, id int64) (int64, error) {
+	var newID int64
+	err := c.retry(ctx, func() error {
+		return c.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) (err error) {
+			newID, err = c.RetryFailedTx(ctx, tx, id)
+			return err
+		})
+	})
+	return newID, err
+}
+
+// RetryFailedTx is RetryFailed through db: in a transaction of the app's,
+// the job is back if and only if that transaction commits.
+func (c *Client) RetryFailedTx(ctx context.Context, db bun.IDB, id int64) (int64, error) {
+	var newID int64
+	err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		var f FailedJob
+		err := tx.NewSelect().Model(&f).Where("id = ?", id).For("UPDATE").Scan(ctx)
+		if errors.Is(err, sql.ErrNoRows) {
+			return ErrFailedJobNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if _, known := c.cfg.JobQueues[f.Queue]; !known {
+			return fmt.Errorf("bunqueue: failed job %d belongs to queue %q, which is not in Config.JobQueues", id, f.Queue)
+		}
+		r, err := tx.NewRaw(insertJobsSQL+"(?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), ?, ?)"+onDuplicate,
+			f.Queue, f.Kind, f.Args, f.Metadata, f.Priority, f.MaxAttempts, sqlTime(f.CreatedAt), f.UniqueKey).Exec(ctx)
+		if err != nil {
+			return err
+		}
+		if newID, err = r.LastInsertId(); err != nil {
+			return err
+		}
+		_, err = tx.NewDelete().Model((*FailedJob)(nil)).Where("id = ?", id).Exec(ctx)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("bunqueue: retry failed job %d: %w", id, err)
+	}
+	return newID, nil
+}
+
+// DeleteFailed removes a failed job for good.
+func (c *Client) DeleteFailed(ctx context.Context, id int64) error {
+	return c.DeleteFailedTx(ctx, c.db, id)
+}
+
+// DeleteFailedTx is DeleteFailed through db: in a transaction of the
+// app's, the job is gone if and only if that transaction commits.
+func (c *Client) DeleteFailedTx(ctx context.Context, db bun.IDB, id int64) error {
+	gone, err := affected(db.NewDelete().Model((*FailedJob)(nil)).Where("id = ?", id).Exec(ctx))
+	switch {
+	case err != nil:
+		return fmt.Errorf("bunqueue: delete failed job %d: %w", id, err)
+	case !gone:
+		return fmt.Errorf("bunqueue: delete failed job %d: %w", id, ErrFailedJobNotFound)
+	}
+	return nil
+}

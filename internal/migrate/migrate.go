@@ -1,0 +1,172 @@
+// Package migrate creates and upgrades the tables of the jobs queue.
+package migrate
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/uptrace/bun"
+)
+
+// Table names.
+const (
+	JobsTable       = "bunqueue_jobs"
+	FailedJobsTable = "bunqueue_failed_jobs"
+	VersionsTable   = "bunqueue_migrations"
+	lockName        = "bunqueue_migrate"
+	lockWait        = 60 // seconds
+)
+
+// Migration is one version of the schema.
+type Migration struct {
+	Version    int
+	Name       string
+	Statements []string
+}
+
+// Migrations lists every version, oldest first. Released versions are
+// never edited; a change is a new version.
+var Migrations = []Migration{
+	{
+		Version: 1,
+		Name:    "jobs and failed jobs",
+		Statements: []string{
+			// state: 0 waiting (or leased, in lease mode), 1 completed
+			// (kept only with Config.Retention). run_at is when the job may
+			// run; in lease mode, while a job is leased, it is the lease's
+			// end. The claim index serves
+			//   WHERE queue = ? AND state = 0 AND run_at <= NOW(6)
+			//   ORDER BY priority, run_at, id
+			// without a filesort.
+			`CREATE TABLE IF NOT EXISTS ` + JobsTable + ` (
+	id BIGINT NOT NULL AUTO_INCREMENT,
+	queue VARCHAR(128) NOT NULL,
+	kind VARCHAR(255) NOT NULL,
+	args LONGBLOB NOT NULL,
+	metadata LONGBLOB NULL,
+	priority SMALLINT NOT NULL DEFAULT 0,
+	state TINYINT NOT NULL DEFAULT 0,
+	attempts INT NOT NULL DEFAULT 0,
+	max_attempts INT NOT NULL,
+	run_at DATETIME(6) NOT NULL,
+	created_at DATETIME(6) NOT NULL,
+	completed_at DATETIME(6) NULL,
+	last_error TEXT NULL,
+	unique_key VARCHAR(255) NULL,
+	lease_token CHAR(32) NULL,
+	PRIMARY KEY (id),
+	UNIQUE KEY bunqueue_jobs_unique_key (unique_key),
+	KEY bunqueue_jobs_claim (queue, state, priority, run_at, id),
+	KEY bunqueue_jobs_completed (state, completed_at, id)
+) ENGINE=InnoDB`,
+			`CREATE TABLE IF NOT EXISTS ` + FailedJobsTable + ` (
+	id BIGINT NOT NULL AUTO_INCREMENT,
+	job_id BIGINT NOT NULL,
+	queue VARCHAR(128) NOT NULL,
+	kind VARCHAR(255) NOT NULL,
+	args LONGBLOB NOT NULL,
+	metadata LONGBLOB NULL,
+	priority SMALLINT NOT NULL,
+	attempts INT NOT NULL,
+	max_attempts INT NOT NULL,
+	unique_key VARCHAR(255) NULL,
+	error TEXT NOT NULL,
+	created_at DATETIME(6) NOT NULL,
+	failed_at DATETIME(6) NOT NULL,
+	PRIMARY KEY (id),
+	KEY bunqueue_failed_jobs_queue (queue, kind, id),
+	KEY bunqueue_failed_jobs_failed_at (failed_at, id)
+) ENGINE=InnoDB`,
+		},
+	},
+}
+
+const versionsDDL = `CREATE TABLE IF NOT EXISTS ` + VersionsTable + ` (
+	version INT NOT NULL PRIMARY KEY,
+	name VARCHAR(255) NOT NULL,
+	applied_at DATETIME(6) NOT NULL
+) ENGINE=InnoDB`
+
+// SQL returns every statement of every migration, and the bookkeeping
+// that records them, as one script for users who run their own migration
+// tool.
+func SQL() string {
+	var b strings.Builder
+	b.WriteString("-- bunqueue schema for MySQL 8.0.1+ / MariaDB 10.6+\n")
+	b.WriteString(versionsDDL + ";\n")
+	for _, m := range Migrations {
+		fmt.Fprintf(&b, "\n-- version %d: %s\n", m.Version, m.Name)
+		for _, s := range m.Statements {
+			b.WriteString(s + ";\n")
+		}
+		fmt.Fprintf(&b, "INSERT IGNORE INTO %s (version, name, applied_at) VALUES (%d, '%s', UTC_TIMESTAMP(6));\n",
+			VersionsTable, m.Version, m.Name)
+	}
+	return b.String()
+}
+
+// Latest is the newest schema version.
+func Latest() int { return Migrations[len(Migrations)-1].Version }
+
+// Run applies the missing migrations. It holds a named server lock
+// (GET_LOCK) on one connection while it works, so processes that start
+// together apply each version once.
+func Run(ctx context.Context, db *bun.DB) (applied []int, err error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", lockName, lockWait).Scan(&got); err != nil {
+		return nil, fmt.Errorf("take the migration lock: %w", err)
+	}
+	if !got.Valid || got.Int64 != 1 {
+		return nil, fmt.Errorf("another process held the migration lock %q for %d s", lockName, lockWait)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_, _ = conn.ExecContext(rctx, "SELECT RELEASE_LOCK(?)", lockName)
+	}()
+
+	if _, err := conn.ExecContext(ctx, versionsDDL); err != nil {
+		return nil, err
+	}
+	done := map[int]bool{}
+	rows, err := conn.QueryContext(ctx, "SELECT version FROM "+VersionsTable)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		done[v] = true
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return nil, err
+	}
+	for _, m := range Migrations {
+		if done[m.Version] {
+			continue
+		}
+		for _, s := range m.Statements {
+			if _, err := conn.ExecContext(ctx, s); err != nil {
+				return applied, fmt.Errorf("version %d (%s): %w", m.Version, m.Name, err)
+			}
+		}
+		if _, err := conn.ExecContext(ctx, "INSERT INTO "+VersionsTable+" (version, name, applied_at) VALUES (?, ?, UTC_TIMESTAMP(6))",
+			m.Version, m.Name); err != nil {
+			return applied, err
+		}
+		applied = append(applied, m.Version)
+	}
+	return applied, nil
+}

@@ -1,0 +1,195 @@
+package bunqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/uptrace/bun"
+
+	"github.com/bunqueue/bunqueue/internal/backoff"
+)
+
+// jobQuery is the claim query of one jobs queue, in both modes. While a
+// job is leased its run_at is the lease's end, so an expired lease makes
+// it match again.
+func jobQuery(queue string) QueryFunc {
+	return func(q *bun.SelectQuery) *bun.SelectQuery {
+		return q.Where("queue = ?", queue).
+			Where("state = ?", jobWaiting).
+			Where("run_at <= UTC_TIMESTAMP(6)").
+			Order("priority", "run_at", "id")
+	}
+}
+
+// jobRunners returns the runners of the jobs queues.
+func (c *Client) jobRunners() []*runner {
+	var runners []*runner
+	for name, qc := range c.cfg.JobQueues {
+		if qc.Mode == ModeLease {
+			l := &leaseRunner{c: c, queue: name, cfg: qc}
+			runners = append(runners, &runner{
+				name: "jobs:" + name, workers: qc.Workers, batch: qc.BatchSize, poll: qc.PollInterval,
+				wake: make(chan struct{}, qc.Workers), run: l.run,
+			})
+			continue
+		}
+		q := NewQueue("jobs:"+name, jobQuery(name),
+			func(ctx context.Context, tx bun.Tx, row *jobRow) error {
+				return c.runLocked(ctx, tx, row, qc.Timeout)
+			},
+			&QueueConfig[jobRow]{
+				Workers: qc.Workers, BatchSize: qc.BatchSize, PollInterval: qc.PollInterval,
+				OnError: func(ctx context.Context, tx bun.Tx, row *jobRow, cause error) error {
+					_, err := c.failJob(ctx, tx, row, row.Attempts+1, cause, "")
+					return err
+				},
+			})
+		q.trusted = true // completion and failure always take the row out
+		if err := q.attach(c); err != nil {
+			panic(err) // the declaration above is valid by construction
+		}
+		runners = append(runners, q.runner())
+	}
+	return runners
+}
+
+// runLocked runs a job in lock mode, inside the claim transaction, and
+// completes it there.
+func (c *Client) runLocked(ctx context.Context, tx bun.Tx, row *jobRow, timeout time.Duration) error {
+	run := c.kinds[row.Kind]
+	if run == nil {
+		return errNoWorker(row.Kind)
+	}
+	jctx, cancel := withTimeout(ctx, timeout)
+	err := run(jctx, tx, row, row.Attempts+1)
+	cancel()
+	if err != nil {
+		return err
+	}
+	_, err = c.completeJob(ctx, tx, row.ID, "")
+	return err
+}
+
+func errNoWorker(kind string) error {
+	return fmt.Errorf("bunqueue: no worker for kind %q in this process: register one with AddWorker; the job is retried until MaxAttempts", kind)
+}
+
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d > 0 {
+		return context.WithTimeout(ctx, d)
+	}
+	return context.WithCancel(ctx)
+}
+
+// completeJob deletes a completed job, or keeps it as completed when
+// Config.Retention is set. With a lease token, only a job still leased
+// with it is completed. It reports whether it changed the job.
+func (c *Client) completeJob(ctx context.Context, db bun.IDB, id int64, token string) (bool, error) {
+	where, args := jobWhere(id, token)
+	q := "DELETE FROM bunqueue_jobs WHERE " + where
+	if c.cfg.Retention > 0 {
+		q = "UPDATE bunqueue_jobs SET state = ?, completed_at = UTC_TIMESTAMP(6), unique_key = NULL, lease_token = NULL, last_error = NULL WHERE " + where
+		args = append([]any{jobCompleted}, args...)
+	}
+	return affected(db.NewRaw(q, args...).Exec(ctx))
+}
+
+// failJob records a failed attempt of a job: a snooze reschedules it
+// without using the attempt; a cancel, or the last attempt, moves it to
+// the failed-jobs table; anything else schedules a retry after the
+// backoff. With a lease token, only a job still leased with it is
+// changed, and db must be a transaction. It reports whether it changed the
+// job.
+func (c *Client) failJob(ctx context.Context, db bun.IDB, row *jobRow, attempt int, cause error, token string) (bool, error) {
+	where, args := jobWhere(row.ID, token)
+	var snooze *snoozeError
+	var cancel *cancelError
+	switch {
+	case errors.As(cause, &snooze):
+		return affected(db.NewRaw("UPDATE bunqueue_jobs SET attempts = ?, lease_token = NULL, run_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE "+where,
+			append([]any{attempt - 1, snooze.after.Microseconds()}, args...)...).Exec(ctx))
+	case errors.As(cause, &cancel) || attempt >= row.MaxAttempts:
+		moved, err := affected(db.NewRaw(`INSERT INTO bunqueue_failed_jobs
+	(job_id, queue, kind, args, metadata, priority, attempts, max_attempts, unique_key, error, created_at, failed_at)
+SELECT id, queue, kind, args, metadata, priority, ?, max_attempts, unique_key, ?, created_at, UTC_TIMESTAMP(6)
+FROM bunqueue_jobs WHERE `+where, append([]any{attempt, errorText(cause)}, args...)...).Exec(ctx))
+		if err != nil || !moved {
+			return false, err
+		}
+		return affected(db.NewRaw("DELETE FROM bunqueue_jobs WHERE id = ?", row.ID).Exec(ctx))
+	default:
+		wait := c.cfg.Backoff(attempt)
+		return affected(db.NewRaw("UPDATE bunqueue_jobs SET attempts = ?, lease_token = NULL, last_error = ?, run_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE "+where,
+			append([]any{attempt, errorText(cause), max(wait, 0).Microseconds()}, args...)...).Exec(ctx))
+	}
+}
+
+func jobWhere(id int64, token string) (string, []any) {
+	if token == "" {
+		return "id = ?", []any{id}
+	}
+	return "id = ? AND lease_token = ?", []any{id, token}
+}
+
+func affected(r interface{ RowsAffected() (int64, error) }, err error) (bool, error) {
+	if err != nil {
+		return false, err
+	}
+	n, err := r.RowsAffected()
+	return n > 0, err
+}
+
+// errorText is what is kept of a job's error: its message, the stack of a
+// panic, at most 60,000 bytes (a TEXT column holds 65,535).
+func errorText(err error) string {
+	s := err.Error()
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		s += "\n\n" + string(pe.Stack)
+	}
+	const limit = 60000
+	if len(s) > limit {
+		s = s[:limit]
+		for !utf8.ValidString(s) {
+			s = s[:len(s)-1]
+		}
+	}
+	return s
+}
+
+// clean deletes completed jobs older than Config.Retention, in batches by
+// primary key, until Stop.
+func (c *Client) clean(ctx context.Context) {
+	defer c.workers.Done()
+	every := min(max(c.cfg.Retention/2, time.Second), time.Minute)
+	log := c.cfg.Logger.With("queue", "jobs")
+	for {
+		t := time.NewTimer(backoff.Jitter(every, 0.1))
+		select {
+		case <-c.stopping:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		for {
+			var ids []int64
+			err := c.db.NewRaw("SELECT id FROM bunqueue_jobs WHERE state = ? AND completed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY state, completed_at, id LIMIT 1000",
+				jobCompleted, c.cfg.Retention.Microseconds()).Scan(ctx, &ids)
+			if err == nil && len(ids) > 0 {
+				_, err = c.db.NewRaw("DELETE FROM bunqueue_jobs WHERE id IN (?) AND state = ?", bun.In(ids), jobCompleted).Exec(ctx)
+			}
+			if err != nil {
+				if ctx.Err() == nil {
+					log.ErrorContext(ctx, "bunqueue: delete completed jobs", "error", err)
+				}
+				break
+			}
+			if len(ids) < 1000 {
+				break
+			}
+		}
+	}
+}

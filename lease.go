@@ -1,0 +1,319 @@
+package bunqueue
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/uptrace/bun"
+
+	"github.com/bunqueue/bunqueue/internal/backoff"
+)
+
+// finishTimeout bounds the writes that complete, fail or release a job;
+// they run even when the job's context was cancelled.
+const finishTimeout = 30 * time.Second
+
+// errLeaseExpired is the error kept for a job whose last attempt's lease
+// ran out: its worker stopped without finishing it.
+var errLeaseExpired = errors.New("bunqueue: the lease of the job's last attempt expired: its worker stopped (crash, kill, lost connection) without finishing it")
+
+// leaseRunner runs one jobs queue in lease mode.
+type leaseRunner struct {
+	c     *Client
+	queue string
+	cfg   JobQueueConfig
+}
+
+// run leases up to limit jobs in a short transaction, then runs them one
+// after the other outside any transaction, keeping their leases alive.
+func (l *leaseRunner) run(ctx context.Context, limit int) batchResult {
+	var res batchResult
+	var rows []jobRow
+	var token string
+	err := l.c.retry(ctx, func() (err error) {
+		rows, token, err = l.claim(ctx, limit, &res)
+		return err
+	})
+	if err != nil {
+		res.err = fmt.Errorf("bunqueue: queue %q: lease: %w", "jobs:"+l.queue, err)
+		return res
+	}
+	if len(rows) == 0 {
+		return res
+	}
+	keeper := newLeaseKeeper(l, rows, token)
+	go keeper.beat(ctx)
+	defer keeper.stop()
+	for i := range rows {
+		if ierr := l.runOne(ctx, keeper, &rows[i], token); ierr != nil {
+			res.itemErrs = append(res.itemErrs, ierr)
+		} else {
+			res.done++
+		}
+	}
+	return res
+}
+
+// claim locks waiting jobs, moves those whose last attempt's lease expired
+// to the failed jobs, and leases the others with a fresh token.
+func (l *leaseRunner) claim(ctx context.Context, limit int, res *batchResult) ([]jobRow, string, error) {
+	tx, err := l.c.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return nil, "", err
+	}
+	defer func() { _ = tx.Rollback() }()
+	var rows []jobRow
+	err = jobQuery(l.queue)(tx.NewSelect().Model(&rows)).Limit(int64(limit)).For(l.c.dialect.SkipLocked()).Scan(ctx)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, "", err
+	}
+	res.claimed = len(rows)
+	live := rows[:0]
+	var ids []int64
+	var expired []error
+	for _, r := range rows {
+		if r.Attempts >= r.MaxAttempts {
+			if _, err := l.c.failJob(ctx, tx, &r, r.Attempts, errLeaseExpired, ""); err != nil {
+				return nil, "", err
+			}
+			expired = append(expired, &ItemError{Queue: "jobs:" + l.queue, Key: fmt.Sprintf("id=%d", r.ID), Err: errLeaseExpired, Recorded: true})
+			continue
+		}
+		r.Attempts++
+		live = append(live, r)
+		ids = append(ids, r.ID)
+	}
+	token := newToken()
+	if len(ids) > 0 {
+		if _, err := tx.NewRaw("UPDATE bunqueue_jobs SET attempts = attempts + 1, lease_token = ?, run_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE id IN (?)",
+			token, l.cfg.Lease.Microseconds(), bun.In(ids)).Exec(ctx); err != nil {
+			return nil, "", err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, "", err
+	}
+	res.itemErrs = append(res.itemErrs, expired...)
+	return live, token, nil
+}
+
+// runOne runs one leased job and completes, fails or releases it, if the
+// lease is still this worker's.
+func (l *leaseRunner) runOne(ctx context.Context, keeper *leaseKeeper, row *jobRow, token string) error {
+	key := fmt.Sprintf("id=%d", row.ID)
+	itemErr := func(err error) error { return &ItemError{Queue: "jobs:" + l.queue, Key: key, Err: err} }
+
+	jctx, cancel := withTimeout(ctx, l.cfg.Timeout)
+	defer cancel()
+	if !keeper.start(row.ID, cancel) {
+		return itemErr(errors.New("bunqueue: the job's lease was lost before it started; another worker may hold it now"))
+	}
+	var err error
+	if run := l.c.kinds[row.Kind]; run == nil {
+		err = errNoWorker(row.Kind)
+	} else {
+		err = callHandler(func() error { return run(jctx, l.c.db, row, row.Attempts) })
+	}
+	lost := keeper.finish(row.ID)
+
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer fcancel()
+	var changed bool
+	var ferr error
+	switch {
+	case err == nil:
+		ferr = l.c.retry(fctx, func() (err error) {
+			changed, err = l.c.completeJob(fctx, l.c.db, row.ID, token)
+			return err
+		})
+		if ferr == nil && changed {
+			return nil
+		}
+	case ctx.Err() != nil:
+		// Stopping: give the job back at once, without using the attempt.
+		changed, ferr = affected(l.c.db.NewRaw("UPDATE bunqueue_jobs SET attempts = attempts - 1, lease_token = NULL, run_at = UTC_TIMESTAMP(6) WHERE id = ? AND lease_token = ?",
+			row.ID, token).Exec(fctx))
+		if ferr == nil && changed {
+			return itemErr(fmt.Errorf("bunqueue: released on stop: %w", ctx.Err()))
+		}
+	default:
+		cause := err
+		ferr = l.c.retry(fctx, func() error {
+			return l.c.db.RunInTx(fctx, nil, func(ctx context.Context, tx bun.Tx) (err error) {
+				changed, err = l.c.failJob(ctx, tx, row, row.Attempts, cause, token)
+				return err
+			})
+		})
+		if ferr == nil && changed {
+			return &ItemError{Queue: "jobs:" + l.queue, Key: key, Err: cause, Recorded: true}
+		}
+	}
+	if ferr != nil {
+		return itemErr(fmt.Errorf("bunqueue: finishing the job failed (its lease will expire and it will run again): %w (job result: %v)", ferr, err))
+	}
+	why := "the lease expired"
+	if lost {
+		why = "the lease was lost"
+	}
+	return itemErr(fmt.Errorf("bunqueue: %s before the job finished; another worker may hold it, so this result was not recorded (job result: %v)", why, err))
+}
+
+// retry runs fn again after deadlocks and lock wait timeouts, with jitter.
+func (c *Client) retry(ctx context.Context, fn func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := fn()
+		if err == nil || !c.dialect.Retryable(err) || attempt == txAttempts {
+			return err
+		}
+		if !sleep(ctx, backoff.Jitter(backoff.Exponential(attempt, 5*time.Millisecond, 500*time.Millisecond), 0.5)) {
+			return err
+		}
+	}
+}
+
+func newToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// leaseKeeper extends the leases of a batch while its jobs wait and run,
+// and cancels a running job when its lease can no longer be vouched for.
+type leaseKeeper struct {
+	l     *leaseRunner
+	token string
+	done  chan struct{}
+	wg    sync.WaitGroup
+
+	mu         sync.Mutex
+	held       map[int64]bool // jobs still leased by this batch
+	lost       map[int64]bool
+	running    int64
+	cancel     context.CancelFunc
+	validUntil time.Time // local clock: the leases are good until then
+}
+
+func newLeaseKeeper(l *leaseRunner, rows []jobRow, token string) *leaseKeeper {
+	k := &leaseKeeper{l: l, token: token, done: make(chan struct{}), held: map[int64]bool{}, lost: map[int64]bool{}}
+	for _, r := range rows {
+		k.held[r.ID] = true
+	}
+	// The claim ran before now: the leases end at least this late.
+	k.validUntil = time.Now().Add(l.cfg.Lease - l.cfg.Lease/20)
+	k.wg.Add(1)
+	return k
+}
+
+// start marks the job as running; it reports false if its lease is gone.
+func (k *leaseKeeper) start(id int64, cancel context.CancelFunc) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !k.held[id] || time.Now().After(k.validUntil) {
+		return false
+	}
+	k.running, k.cancel = id, cancel
+	return true
+}
+
+// finish marks the job as no longer running nor kept alive; it reports
+// whether its lease was known to be lost.
+func (k *leaseKeeper) finish(id int64) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.running, k.cancel = 0, nil
+	delete(k.held, id)
+	return k.lost[id] || time.Now().After(k.validUntil)
+}
+
+func (k *leaseKeeper) stop() {
+	close(k.done)
+	k.wg.Wait()
+}
+
+// beat extends the batch's leases every Lease/3, and cancels the running
+// job when its lease is lost or about to end unextended.
+func (k *leaseKeeper) beat(ctx context.Context) {
+	defer k.wg.Done()
+	lease := k.l.cfg.Lease
+	next := time.Now().Add(lease / 3)
+	for {
+		k.mu.Lock()
+		deadline := k.validUntil
+		k.mu.Unlock()
+		wake := min(time.Until(next), time.Until(deadline))
+		t := time.NewTimer(max(wake, 0))
+		select {
+		case <-k.done:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if !time.Now().Before(deadline) {
+			k.mu.Lock()
+			if k.cancel != nil {
+				k.cancel() // cannot vouch for the lease any more
+			}
+			k.mu.Unlock()
+		}
+		if time.Now().Before(next) {
+			continue
+		}
+		next = time.Now().Add(lease / 3)
+		k.extend(ctx)
+	}
+}
+
+// extend pushes the leases of the held jobs to Lease from now, by the
+// database clock, and notices jobs whose lease was taken over.
+func (k *leaseKeeper) extend(ctx context.Context) {
+	k.mu.Lock()
+	ids := make([]int64, 0, len(k.held))
+	for id := range k.held {
+		ids = append(ids, id)
+	}
+	k.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	lease := k.l.cfg.Lease
+	sent := time.Now()
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lease/3)
+	defer cancel()
+	db := k.l.c.db
+	still := ids
+	r, err := db.NewRaw("UPDATE bunqueue_jobs SET run_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE id IN (?) AND lease_token = ?",
+		lease.Microseconds(), bun.In(ids), k.token).Exec(hctx)
+	if err == nil {
+		if n, _ := r.RowsAffected(); n < int64(len(ids)) {
+			// Some lease was taken over: find which.
+			still = nil
+			err = db.NewRaw("SELECT id FROM bunqueue_jobs WHERE id IN (?) AND lease_token = ?", bun.In(ids), k.token).Scan(hctx, &still)
+		}
+	}
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		k.l.c.cfg.Logger.WarnContext(ctx, "bunqueue: lease heartbeat failed", "queue", "jobs:"+k.l.queue, "error", err)
+		return
+	}
+	ok := map[int64]bool{}
+	for _, id := range still {
+		ok[id] = true
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, id := range ids {
+		if !ok[id] && k.held[id] {
+			k.lost[id] = true
+			delete(k.held, id)
+			if k.running == id && k.cancel != nil {
+				k.cancel()
+			}
+		}
+	}
+	k.validUntil = sent.Add(lease - lease/20)
+}
