@@ -223,7 +223,6 @@ func (c Config) validate() error {
 	return nil
 }
 
-
 func (c *QueueConfig[T]) withDefaults(client Config) QueueConfig[T] {
 	var out QueueConfig[T]
 	if c != nil {

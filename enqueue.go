@@ -73,7 +73,7 @@ func (c *Client) Enqueue(ctx context.Context, db bun.IDB, args JobArgs, opts *En
 	}
 	var res EnqueueResult
 	err = c.retryOutsideTx(ctx, db, func() error {
-		r, err := db.NewRaw(insertJobsSQL+row+onDuplicate).Exec(ctx)
+		r, err := db.NewRaw(insertJobsSQL + row + onDuplicate).Exec(ctx)
 		if err != nil {
 			return err
 		}
