@@ -10,7 +10,7 @@
 // rows in a transaction, skipping rows other transactions hold, runs the
 // handler on them and commits. The query's ORDER BY is the queue's
 // priority, a condition on a time column is a schedule
-// (retry_at <= NOW()), and one table can hold several queues. There are no
+// (retry_at <= UTC_TIMESTAMP()), and one table can hold several queues. There are no
 // bookkeeping columns and no claims to expire: if a worker dies, the
 // server rolls its transaction back and the row is simply in the queue
 // again.
@@ -33,7 +33,7 @@
 //	emails := bunqueue.NewQueue("emails",
 //		func(q *bun.SelectQuery) *bun.SelectQuery {
 //			return q.Where("status = 'waiting'").
-//				Where("retry_at IS NULL OR retry_at <= NOW()").
+//				Where("retry_at IS NULL OR retry_at <= UTC_TIMESTAMP()").
 //				Order("id")
 //		},
 //		func(ctx context.Context, tx bun.Tx, e *Email) error {
@@ -88,7 +88,7 @@
 // OnError is where a failure is recorded on the row: an attempts count, a
 // retry_at in the future, a failed status, anything that takes the row out
 // of the query for a while or for good. Compare times in SQL, on the
-// database's clock (NOW()), not the application's. A failure that is not
+// database's clock (UTC_TIMESTAMP()), not the application's. A failure that is not
 // recorded that way (no OnError, OnError failed, ErrStillQueued, or OnError
 // wrote but the row still matches) leaves the row in the queue; this
 // process then leaves it alone for [QueueConfig.Cooldown], a wait that

@@ -88,7 +88,7 @@ func Example() {
 	emails := bunqueue.NewQueue("emails",
 		func(q *bun.SelectQuery) *bun.SelectQuery {
 			return q.Where("status = 'waiting'").
-				Where("retry_at IS NULL OR retry_at <= NOW()").
+				Where("retry_at IS NULL OR retry_at <= UTC_TIMESTAMP()").
 				Order("id")
 		},
 		func(ctx context.Context, tx bun.Tx, e *Email) error {
@@ -277,7 +277,7 @@ func ExampleQueueConfig_onError() {
 	webhooks := bunqueue.NewQueue("webhooks",
 		func(q *bun.SelectQuery) *bun.SelectQuery {
 			return q.Where("status = 'waiting'").
-				Where("retry_at IS NULL OR retry_at <= NOW(6)").
+				Where("retry_at IS NULL OR retry_at <= UTC_TIMESTAMP(6)").
 				Order("id")
 		},
 		func(ctx context.Context, tx bun.Tx, w *Webhook) error {
@@ -292,7 +292,7 @@ func ExampleQueueConfig_onError() {
 					q = q.Set("status = 'failed'")
 				} else {
 					// Times are compared in SQL, on the database's clock.
-					q = q.Set("retry_at = NOW(6) + INTERVAL ? SECOND", 10<<w.Attempts)
+					q = q.Set("retry_at = UTC_TIMESTAMP(6) + INTERVAL ? SECOND", 10<<w.Attempts)
 				}
 				_, err = q.Exec(ctx)
 				return err
@@ -315,7 +315,7 @@ func ExampleQueueConfig_onError() {
 	var attempts int
 	var lastError string
 	var later bool
-	if err := db.QueryRow("SELECT attempts, last_error, retry_at > NOW(6) FROM bq_example_onerror WHERE id = 1").
+	if err := db.QueryRow("SELECT attempts, last_error, retry_at > UTC_TIMESTAMP(6) FROM bq_example_onerror WHERE id = 1").
 		Scan(&attempts, &lastError, &later); err != nil {
 		log.Fatal(err)
 	}

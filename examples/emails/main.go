@@ -109,7 +109,7 @@ func main() {
 	queue := bunqueue.NewQueue[Email]("emails",
 		func(q *bun.SelectQuery) *bun.SelectQuery {
 			return q.Where("status = 'waiting'").
-				Where("retry_at IS NULL OR retry_at <= NOW(6)"). // the database clock, not ours
+				Where("retry_at IS NULL OR retry_at <= UTC_TIMESTAMP(6)"). // the database clock, not ours
 				Order("id")
 		},
 		func(ctx context.Context, tx bun.Tx, e *Email) error {
@@ -118,7 +118,7 @@ func main() {
 			}
 			_, err := tx.NewUpdate().Model(e).
 				Set("status = 'sent'").
-				Set("sent_at = NOW(6)").
+				Set("sent_at = UTC_TIMESTAMP(6)").
 				WherePK().
 				Exec(ctx)
 			return err
@@ -174,7 +174,7 @@ func main() {
 // holds the row's lock, after the handler's writes were undone, and
 // records the failure so that the row leaves the query: until retry_at
 // for a retry (computed from the database clock, like the query's
-// NOW(6)), or for good once maxAttempts is reached. Its writes commit.
+// UTC_TIMESTAMP(6)), or for good once maxAttempts is reached. Its writes commit.
 func recordFailure(ctx context.Context, tx bun.Tx, e *Email, cause error) error {
 	attempts := e.Attempts + 1
 	q := tx.NewUpdate().Model(e).Set("attempts = ?", attempts).WherePK()
@@ -183,7 +183,7 @@ func recordFailure(ctx context.Context, tx bun.Tx, e *Email, cause error) error 
 		q = q.Set("status = 'failed'")
 	} else {
 		wait := firstRetry << (attempts - 1) // 200ms, 400ms, ...
-		q = q.Set("retry_at = NOW(6) + INTERVAL ? MICROSECOND", wait.Microseconds())
+		q = q.Set("retry_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND", wait.Microseconds())
 	}
 	if _, err := q.Exec(ctx); err != nil {
 		return err
