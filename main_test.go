@@ -1,11 +1,16 @@
 package bunqueue_test
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(leaseWorkerEnv) != "" {
+		// Re-executed by a kill test (lease_test.go) as a worker process.
+		os.Exit(runLeaseWorkerProcess())
+	}
 	goleak.VerifyTestMain(m)
 }
