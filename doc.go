@@ -114,6 +114,30 @@
 // sleeping sibling. After a failed transaction a worker backs off
 // exponentially.
 //
+// # Jobs
+//
+// Work that has no row of its own goes in the jobs table, created by
+// [Migrate] (or the SQL of [MigrationSQL]). A job's arguments are a type
+// that implements [JobArgs]; [AddWorker] registers a [Worker] for its
+// kind; [Client.Enqueue] inserts it through a [bun.IDB], so that a job
+// enqueued through the app's transaction exists if and only if that
+// transaction commits. [EnqueueOpts] set the queue, priority, schedule,
+// attempts, a unique key and metadata.
+//
+// The jobs table is itself a query-defined queue: in [ModeLock], the
+// default, a job runs inside the transaction that locks it and completes
+// there. A worker's nil deletes the job (or keeps it as completed for
+// [Config.Retention]); [Snooze] runs it again later without using an
+// attempt; [Cancel] fails it at once; any other error or a panic retries it
+// after [Config.Backoff] until its MaxAttempts, then moves it to the
+// failed jobs, which [Client.FailedJobs], [Client.RetryFailed] and
+// [Client.DeleteFailed] read and act on.
+//
+// In [ModeLease] a short transaction claims and leases the job, the worker
+// runs outside any transaction, heartbeats extend the lease, and the
+// completion counts only if the lease token still matches. See
+// [JobQueueConfig].
+//
 // # Guarantees
 //
 //   - At least once: a row stays in its queue until a transaction that
