@@ -36,7 +36,11 @@ func (l *leaseRunner) run(ctx context.Context, limit int) batchResult {
 	var res batchResult
 	var rows []jobRow
 	var token string
+	var claimed time.Time
 	err := l.c.retry(ctx, func() (err error) {
+		// Taken before the claim's UPDATE sets the leases from the database
+		// clock: they end no earlier than claimed + Lease.
+		claimed = time.Now()
 		rows, token, err = l.claim(ctx, limit, &res)
 		return err
 	})
@@ -47,7 +51,7 @@ func (l *leaseRunner) run(ctx context.Context, limit int) batchResult {
 	if len(rows) == 0 {
 		return res
 	}
-	keeper := newLeaseKeeper(l, rows, token)
+	keeper := newLeaseKeeper(l, rows, token, claimed)
 	go keeper.beat(ctx)
 	defer keeper.stop()
 	for i := range rows {
@@ -111,13 +115,17 @@ func (l *leaseRunner) runOne(ctx context.Context, keeper *leaseKeeper, row *jobR
 
 	jctx, cancel := withTimeout(ctx, l.cfg.Timeout)
 	defer cancel()
-	if !keeper.start(row.ID, cancel) {
-		return itemErr(errors.New("bunqueue: the job's lease was lost before it started; another worker may hold it now"))
-	}
 	var err error
-	if run := l.c.kinds[row.Kind]; run == nil {
+	switch run := l.c.kinds[row.Kind]; {
+	case ctx.Err() != nil:
+		// Stopping before the job's turn came: give it back (below)
+		// without starting it.
+		err = ctx.Err()
+	case !keeper.start(row.ID, cancel):
+		return itemErr(errors.New("bunqueue: the job's lease was lost before it started; another worker may hold it now"))
+	case run == nil:
 		err = errNoWorker(row.Kind)
-	} else {
+	default:
 		err = callHandler(func() error { return run(jctx, l.c.db, row, row.Attempts) })
 	}
 	lost := keeper.finish(row.ID)
@@ -145,7 +153,7 @@ func (l *leaseRunner) runOne(ctx context.Context, keeper *leaseKeeper, row *jobR
 	default:
 		cause := err
 		ferr = l.c.retry(fctx, func() error {
-			return l.c.db.RunInTx(fctx, nil, func(ctx context.Context, tx bun.Tx) (err error) {
+			return l.c.db.RunInTx(fctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) (err error) {
 				changed, err = l.c.failJob(ctx, tx, row, row.Attempts, cause, token)
 				return err
 			})
@@ -199,13 +207,14 @@ type leaseKeeper struct {
 	validUntil time.Time // local clock: the leases are good until then
 }
 
-func newLeaseKeeper(l *leaseRunner, rows []jobRow, token string) *leaseKeeper {
+func newLeaseKeeper(l *leaseRunner, rows []jobRow, token string, claimed time.Time) *leaseKeeper {
 	k := &leaseKeeper{l: l, token: token, done: make(chan struct{}), held: map[int64]bool{}, lost: map[int64]bool{}}
 	for _, r := range rows {
 		k.held[r.ID] = true
 	}
-	// The claim ran before now: the leases end at least this late.
-	k.validUntil = time.Now().Add(l.cfg.Lease - l.cfg.Lease/20)
+	// The claim's UPDATE ran after claimed: the leases end at least this
+	// late.
+	k.validUntil = claimed.Add(l.cfg.Lease - l.cfg.Lease/20)
 	k.wg.Add(1)
 	return k
 }
@@ -242,11 +251,15 @@ func (k *leaseKeeper) beat(ctx context.Context) {
 	defer k.wg.Done()
 	lease := k.l.cfg.Lease
 	next := time.Now().Add(lease / 3)
+	var passed time.Time // the deadline already acted on
 	for {
 		k.mu.Lock()
 		deadline := k.validUntil
 		k.mu.Unlock()
-		wake := min(time.Until(next), time.Until(deadline))
+		wake := time.Until(next)
+		if !deadline.Equal(passed) {
+			wake = min(wake, time.Until(deadline))
+		}
 		t := time.NewTimer(max(wake, 0))
 		select {
 		case <-k.done:
@@ -255,6 +268,7 @@ func (k *leaseKeeper) beat(ctx context.Context) {
 		case <-t.C:
 		}
 		if !time.Now().Before(deadline) {
+			passed = deadline
 			k.mu.Lock()
 			if k.cancel != nil {
 				k.cancel() // cannot vouch for the lease any more
@@ -277,13 +291,20 @@ func (k *leaseKeeper) extend(ctx context.Context) {
 	for id := range k.held {
 		ids = append(ids, id)
 	}
+	deadline := k.validUntil
 	k.mu.Unlock()
 	if len(ids) == 0 {
 		return
 	}
 	lease := k.l.cfg.Lease
 	sent := time.Now()
-	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lease/3)
+	// A heartbeat that hangs must not keep beat from cancelling the running
+	// job when the leases can no longer be vouched for.
+	until := sent.Add(lease / 3)
+	if deadline.After(sent) && deadline.Before(until) {
+		until = deadline
+	}
+	hctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), until)
 	defer cancel()
 	db := k.l.c.db
 	still := ids
