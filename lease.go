@@ -214,7 +214,7 @@ func newLeaseKeeper(l *leaseRunner, rows []jobRow, token string, claimed time.Ti
 	}
 	// The claim's UPDATE ran after claimed: the leases end at least this
 	// late.
-	k.validUntil = claimed.Add(l.cfg.Lease - l.cfg.Lease/20)
+	k.validUntil = claimed.Add(l.cfg.Lease - leaseMargin(l.cfg.Lease))
 	k.wg.Add(1)
 	return k
 }
@@ -336,5 +336,13 @@ func (k *leaseKeeper) extend(ctx context.Context) {
 			}
 		}
 	}
-	k.validUntil = sent.Add(lease - lease/20)
+	k.validUntil = sent.Add(lease - leaseMargin(lease))
+}
+
+// leaseMargin is how long before a lease's end, by the local clock, a
+// worker stops vouching for it and cancels the job: room for a pause of
+// the process (GC, scheduling) and for clocks that run at slightly
+// different rates.
+func leaseMargin(lease time.Duration) time.Duration {
+	return max(lease/10, 200*time.Millisecond)
 }
