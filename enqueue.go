@@ -2,6 +2,7 @@ package bunqueue
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -64,28 +65,52 @@ type EnqueueParams struct {
 // as JSON; args that cannot be encoded, an unknown queue, bad options or a
 // payload larger than the server's max_allowed_packet are an error, and
 // nothing is inserted.
-//
-// Duplicate detection relies on the driver's default clientFoundRows=false.
 func (c *Client) Enqueue(ctx context.Context, db bun.IDB, args JobArgs, opts *EnqueueOpts) (EnqueueResult, error) {
 	row, err := c.jobValues(ctx, db, EnqueueParams{Args: args, Opts: opts})
 	if err != nil {
 		return EnqueueResult{}, err
 	}
+	var key *string
+	if opts != nil && opts.UniqueKey != "" {
+		key = &opts.UniqueKey
+	}
 	var res EnqueueResult
-	err = c.retryOutsideTx(ctx, db, func() error {
-		r, err := db.NewRaw(insertJobsSQL + row + onDuplicate).Exec(ctx)
-		if err != nil {
-			return err
-		}
-		n, _ := r.RowsAffected()
-		id, err := r.LastInsertId()
-		res = EnqueueResult{ID: id, Duplicate: n == 0}
+	err = c.retryOutsideTx(ctx, db, func() (err error) {
+		res, err = insertJob(ctx, db, row, key)
 		return err
 	})
 	if err != nil {
 		return EnqueueResult{}, fmt.Errorf("bunqueue: enqueue %s: %w", args.Kind(), err)
 	}
 	return res, nil
+}
+
+// insertJob inserts one job, rendered as a VALUES tuple. A job whose
+// unique key is pending is not inserted (INSERT IGNORE: the duplicate
+// check reads the unique index only, so it does not wait for the row lock
+// of a job that is running); the pending job's id is read instead, with a
+// shared lock on the unique index entry, which sees the latest committed
+// row whatever the transaction's snapshot.
+func insertJob(ctx context.Context, db bun.IDB, values string, uniqueKey *string) (EnqueueResult, error) {
+	for range 3 {
+		r, err := db.NewRaw(insertJobsSQL + values).Exec(ctx)
+		if err != nil {
+			return EnqueueResult{}, err
+		}
+		if n, err := r.RowsAffected(); err != nil || n == 1 || uniqueKey == nil {
+			id, idErr := r.LastInsertId()
+			return EnqueueResult{ID: id}, errors.Join(err, idErr)
+		}
+		var ids []int64
+		if err := db.NewRaw("SELECT id FROM bunqueue_jobs WHERE unique_key = ? LOCK IN SHARE MODE", *uniqueKey).Scan(ctx, &ids); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return EnqueueResult{}, err
+		}
+		if len(ids) == 1 {
+			return EnqueueResult{ID: ids[0], Duplicate: true}, nil
+		}
+		// The pending job finished in between: insert again.
+	}
+	return EnqueueResult{}, fmt.Errorf("the job with unique key %q kept finishing while it was enqueued again", *uniqueKey)
 }
 
 // EnqueueMany adds jobs like Enqueue, with multi-row INSERTs (as few as
@@ -109,8 +134,8 @@ func (c *Client) EnqueueMany(ctx context.Context, db bun.IDB, jobs []EnqueuePara
 		if err != nil {
 			return 0, fmt.Errorf("bunqueue: EnqueueMany: job %d: %w", i, err)
 		}
-		if rows > 0 && (b.Len()+len(row)+len(onDuplicate)+2 > limit-1024 || rows == 1000) {
-			stmts = append(stmts, b.String()+onDuplicate)
+		if rows > 0 && (b.Len()+len(row)+2 > limit-1024 || rows == 1000) {
+			stmts = append(stmts, b.String())
 			b.Reset()
 			rows = 0
 		}
@@ -122,7 +147,7 @@ func (c *Client) EnqueueMany(ctx context.Context, db bun.IDB, jobs []EnqueuePara
 		b.WriteString(row)
 		rows++
 	}
-	stmts = append(stmts, b.String()+onDuplicate)
+	stmts = append(stmts, b.String())
 	inserted := 0
 	for _, s := range stmts {
 		err := c.retryOutsideTx(ctx, db, func() error {
@@ -141,10 +166,10 @@ func (c *Client) EnqueueMany(ctx context.Context, db bun.IDB, jobs []EnqueuePara
 	return inserted, nil
 }
 
-const (
-	insertJobsSQL = "INSERT INTO bunqueue_jobs (queue, kind, args, metadata, priority, max_attempts, run_at, created_at, unique_key) VALUES "
-	onDuplicate   = " ON DUPLICATE KEY UPDATE id = LAST_INSERT_ID(id)"
-)
+// insertJobsSQL starts the INSERT of jobs. IGNORE skips a job whose
+// unique key is pending; every other value is checked before it gets here,
+// so no other error can be turned into a warning.
+const insertJobsSQL = "INSERT IGNORE INTO bunqueue_jobs (queue, kind, args, metadata, priority, max_attempts, run_at, created_at, unique_key) VALUES "
 
 // jobValues checks one job and renders its VALUES tuple.
 func (c *Client) jobValues(ctx context.Context, db bun.IDB, p EnqueueParams) (string, error) {

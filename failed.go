@@ -113,14 +113,16 @@ func (c *Client) RetryFailedTx(ctx context.Context, db bun.IDB, id int64) (int64
 		if _, known := c.cfg.JobQueues[f.Queue]; !known {
 			return fmt.Errorf("bunqueue: failed job %d belongs to queue %q, which is not in Config.JobQueues", id, f.Queue)
 		}
-		r, err := tx.NewRaw(insertJobsSQL+"(?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), ?, ?)"+onDuplicate,
-			f.Queue, f.Kind, f.Args, f.Metadata, f.Priority, f.MaxAttempts, sqlTime(f.CreatedAt), f.UniqueKey).Exec(ctx)
+		values, err := tx.NewRaw("(?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), ?, ?)",
+			f.Queue, f.Kind, f.Args, f.Metadata, f.Priority, f.MaxAttempts, sqlTime(f.CreatedAt), f.UniqueKey).AppendQuery(c.db.QueryGen(), nil)
 		if err != nil {
 			return err
 		}
-		if newID, err = r.LastInsertId(); err != nil {
+		res, err := insertJob(ctx, tx, string(values), f.UniqueKey)
+		if err != nil {
 			return err
 		}
+		newID = res.ID
 		_, err = tx.NewDelete().Model((*FailedJob)(nil)).Where("id = ?", id).Exec(ctx)
 		return err
 	})

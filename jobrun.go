@@ -2,6 +2,7 @@ package bunqueue
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -63,14 +64,67 @@ func (c *Client) runLocked(ctx context.Context, tx bun.Tx, row *jobRow, timeout 
 	if run == nil {
 		return errNoWorker(row.Kind)
 	}
+	var connID int64
+	if timeout > 0 {
+		// See failLostTx: a timeout may cost the job its transaction.
+		if err := tx.NewRaw("SELECT CONNECTION_ID()").Scan(ctx, &connID); err != nil {
+			return err
+		}
+	}
 	jctx, cancel := withTimeout(ctx, timeout)
 	err := run(jctx, tx, row, row.Attempts+1)
+	timedOut := errors.Is(jctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 	cancel()
+	if timedOut {
+		if _, perr := tx.ExecContext(ctx, "DO 0"); perr != nil {
+			if err == nil {
+				err = jctx.Err()
+			}
+			c.failLostTx(ctx, row, connID, err)
+			return err
+		}
+	}
 	if err != nil {
 		return err
 	}
 	_, err = c.completeJob(ctx, tx, row.ID, "")
 	return err
+}
+
+// failLostTx records a failed attempt of a lock-mode job whose transaction
+// was lost to its timeout: the driver closes the connection of a query
+// whose context ends, and the server may run that query on, holding the
+// job's row lock, until it finishes; the failure could then never be
+// written in the claim transaction, and the job would run again and again
+// without using its attempts. failLostTx ends that server session, then
+// records the failure in a transaction of its own, unless the job was
+// finished or its failure recorded by another worker meanwhile.
+func (c *Client) failLostTx(ctx context.Context, row *jobRow, connID int64, cause error) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	log := c.cfg.Logger.With("queue", "jobs:"+row.Queue, "job_id", row.ID)
+	if _, err := c.db.NewRaw("KILL CONNECTION ?", connID).Exec(fctx); err != nil {
+		log.DebugContext(ctx, "bunqueue: end the session of a timed-out job", "error", err)
+	}
+	err := c.retry(fctx, func() error {
+		return c.db.RunInTx(fctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) error {
+			var ids []int64
+			if err := tx.NewRaw("SELECT id FROM bunqueue_jobs WHERE id = ? AND state = ? AND attempts = ? FOR UPDATE",
+				row.ID, jobWaiting, row.Attempts).Scan(ctx, &ids); err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+			if len(ids) == 0 {
+				return nil
+			}
+			_, err := c.failJob(ctx, tx, row, row.Attempts+1, cause, "")
+			return err
+		})
+	})
+	if err != nil {
+		log.ErrorContext(ctx, "bunqueue: record the failure of a timed-out job whose transaction was lost", "error", err, "cause", cause)
+		return
+	}
+	log.WarnContext(ctx, "bunqueue: job timed out in a query; its transaction was lost, the failure was recorded apart", "error", cause)
 }
 
 func errNoWorker(kind string) error {
