@@ -22,6 +22,7 @@ type Client struct {
 	db      *bun.DB
 	cfg     Config
 	dialect sqldialect.Dialect
+	tel     *telemetry
 
 	packetMu sync.Mutex
 	packet   int // max_allowed_packet, once read
@@ -52,7 +53,11 @@ func NewClient(db *bun.DB, cfg *Config) (*Client, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	return &Client{db: db, cfg: c, dialect: d, names: map[string]bool{}, kinds: map[string]runJob{}, stopping: make(chan struct{})}, nil
+	tel, err := newTelemetry(c)
+	if err != nil {
+		return nil, err
+	}
+	return &Client{db: db, cfg: c, dialect: d, tel: tel, names: map[string]bool{}, kinds: map[string]runJob{}, stopping: make(chan struct{})}, nil
 }
 
 // Add adds a queue to the client. It checks the queue's declaration and

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bunqueue/bunqueue/internal/backoff"
 )
@@ -107,6 +110,27 @@ type Config struct {
 	// Defaults to DefaultBackoff.
 	Backoff BackoffFunc
 
+	// TracerProvider makes the spans: a PRODUCER span "send {queue}" per
+	// Enqueue, a CONSUMER span "process {queue}" per claimed batch or item.
+	// Defaults to otel.GetTracerProvider() at NewClient.
+	TracerProvider trace.TracerProvider
+
+	// MeterProvider makes the metrics. Defaults to otel.GetMeterProvider()
+	// at NewClient.
+	MeterProvider metric.MeterProvider
+
+	// Propagators carry a job's creation context from Enqueue to its
+	// processing (stored with the job). Defaults to
+	// otel.GetTextMapPropagator() at NewClient; when that propagates
+	// nothing, W3C trace context.
+	Propagators propagation.TextMapPropagator
+
+	// ParentProcessSpans makes an item's process span a child of the
+	// context that created the item (the send span of Enqueue, or the
+	// traceparent in QueueConfig.TraceColumn) instead of the default: the
+	// root of a new trace, with a link to that context.
+	ParentProcessSpans bool
+
 	// Retention keeps completed jobs in bunqueue_jobs for this long, then
 	// a cleaner deletes them in batches by primary key. Zero (the
 	// default) deletes a job as it completes, in its worker's transaction.
@@ -136,6 +160,12 @@ type QueueConfig[T any] struct {
 	// itself, if longer), ±10% jitter. Defaults to
 	// CooldownDefault.
 	Cooldown time.Duration
+
+	// TraceColumn names a column of the table that holds a W3C
+	// traceparent (fill it with TraceParent(ctx) when the app inserts the
+	// row), so that the row's process span links to the request that made
+	// it. Empty means none.
+	TraceColumn string
 
 	// OnError is called when the handler returns an error or panics, after
 	// the handler's writes were undone and while the row is still locked,
@@ -261,4 +291,11 @@ func (c *QueueConfig[T]) validate(queue string) error {
 		return field("Cooldown", c.Cooldown)
 	}
 	return nil
+}
+
+func (c *QueueConfig[T]) traceColumn() string {
+	if c == nil {
+		return ""
+	}
+	return c.TraceColumn
 }

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/bunqueue/bunqueue/internal/backoff"
 )
@@ -65,8 +67,16 @@ type EnqueueParams struct {
 // as JSON; args that cannot be encoded, an unknown queue, bad options or a
 // payload larger than the server's max_allowed_packet are an error, and
 // nothing is inserted.
-func (c *Client) Enqueue(ctx context.Context, db bun.IDB, args JobArgs, opts *EnqueueOpts) (EnqueueResult, error) {
-	row, err := c.jobValues(ctx, db, EnqueueParams{Args: args, Opts: opts})
+func (c *Client) Enqueue(ctx context.Context, db bun.IDB, args JobArgs, opts *EnqueueOpts) (res EnqueueResult, err error) {
+	params := []EnqueueParams{{Args: args, Opts: opts}}
+	ctx, span := c.tel.startSend(ctx, params)
+	defer func() {
+		if err == nil {
+			span.SetAttributes(semconv.MessagingMessageID(strconv.FormatInt(res.ID, 10)))
+		}
+		c.tel.endSend(ctx, span, params, res.Duplicate, err)
+	}()
+	row, err := c.jobValues(ctx, db, params[0], c.tel.inject(ctx))
 	if err != nil {
 		return EnqueueResult{}, err
 	}
@@ -74,7 +84,6 @@ func (c *Client) Enqueue(ctx context.Context, db bun.IDB, args JobArgs, opts *En
 	if opts != nil && opts.UniqueKey != "" {
 		key = &opts.UniqueKey
 	}
-	var res EnqueueResult
 	err = c.retryOutsideTx(ctx, db, func() (err error) {
 		res, err = insertJob(ctx, db, row, key)
 		return err
@@ -118,10 +127,13 @@ func insertJob(ctx context.Context, db bun.IDB, values string, uniqueKey *string
 // whose UniqueKey is pending are skipped. If any job is invalid, nothing is
 // inserted. Through a *bun.DB the statements commit one by one; pass a
 // bun.Tx to make them all or nothing.
-func (c *Client) EnqueueMany(ctx context.Context, db bun.IDB, jobs []EnqueueParams) (int, error) {
+func (c *Client) EnqueueMany(ctx context.Context, db bun.IDB, jobs []EnqueueParams) (inserted int, err error) {
 	if len(jobs) == 0 {
 		return 0, nil
 	}
+	ctx, span := c.tel.startSend(ctx, jobs)
+	defer func() { c.tel.endSend(ctx, span, jobs, false, err) }()
+	trace := c.tel.inject(ctx)
 	limit, err := c.maxPacket(ctx, db)
 	if err != nil {
 		return 0, err
@@ -130,7 +142,7 @@ func (c *Client) EnqueueMany(ctx context.Context, db bun.IDB, jobs []EnqueuePara
 	var b strings.Builder
 	rows := 0
 	for i, p := range jobs {
-		row, err := c.jobValues(ctx, db, p)
+		row, err := c.jobValues(ctx, db, p, trace)
 		if err != nil {
 			return 0, fmt.Errorf("bunqueue: EnqueueMany: job %d: %w", i, err)
 		}
@@ -148,7 +160,6 @@ func (c *Client) EnqueueMany(ctx context.Context, db bun.IDB, jobs []EnqueuePara
 		rows++
 	}
 	stmts = append(stmts, b.String())
-	inserted := 0
 	for _, s := range stmts {
 		err := c.retryOutsideTx(ctx, db, func() error {
 			r, err := db.NewRaw(s).Exec(ctx)
@@ -169,10 +180,10 @@ func (c *Client) EnqueueMany(ctx context.Context, db bun.IDB, jobs []EnqueuePara
 // insertJobsSQL starts the INSERT of jobs. IGNORE skips a job whose
 // unique key is pending; every other value is checked before it gets here,
 // so no other error can be turned into a warning.
-const insertJobsSQL = "INSERT IGNORE INTO bunqueue_jobs (queue, kind, args, metadata, priority, max_attempts, run_at, created_at, unique_key) VALUES "
+const insertJobsSQL = "INSERT IGNORE INTO bunqueue_jobs (queue, kind, args, metadata, priority, max_attempts, run_at, created_at, unique_key, trace_context) VALUES "
 
 // jobValues checks one job and renders its VALUES tuple.
-func (c *Client) jobValues(ctx context.Context, db bun.IDB, p EnqueueParams) (string, error) {
+func (c *Client) jobValues(ctx context.Context, db bun.IDB, p EnqueueParams, trace []byte) (string, error) {
 	if p.Args == nil {
 		return "", errors.New("bunqueue: enqueue: args must not be nil")
 	}
@@ -221,7 +232,7 @@ func (c *Client) jobValues(ctx context.Context, db bun.IDB, p EnqueueParams) (st
 		return "", err
 	}
 	// bun writes bytes as hex literals: two bytes of SQL per byte.
-	if size := 2*(len(args)+len(meta)) + 1024; size > limit {
+	if size := 2*(len(args)+len(meta)+len(trace)) + 1024; size > limit {
 		return fail("the payload (%d bytes of JSON args, %d of metadata) does not fit in the server's max_allowed_packet (%d bytes)", len(args), len(meta), limit)
 	}
 	runAt := bun.Safe("UTC_TIMESTAMP(6)")
@@ -239,8 +250,12 @@ func (c *Client) jobValues(ctx context.Context, db bun.IDB, p EnqueueParams) (st
 	if meta != nil {
 		metaArg = meta
 	}
-	b, err := db.NewRaw("(?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), ?)",
-		o.Queue, kind, args, metaArg, o.Priority, o.MaxAttempts, runAt, unique).AppendQuery(c.db.QueryGen(), nil)
+	var traceArg any
+	if trace != nil {
+		traceArg = trace
+	}
+	b, err := db.NewRaw("(?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), ?, ?)",
+		o.Queue, kind, args, metaArg, o.Priority, o.MaxAttempts, runAt, unique, traceArg).AppendQuery(c.db.QueryGen(), nil)
 	if err != nil {
 		return "", fmt.Errorf("bunqueue: enqueue %s: %w", kind, err)
 	}

@@ -35,6 +35,9 @@ type FailedJob struct {
 	Error     string
 	CreatedAt time.Time
 	FailedAt  time.Time
+	// TraceContext is the trace context the job was enqueued with; a
+	// replayed job keeps it.
+	TraceContext []byte
 }
 
 // FailedJobsFilter selects failed jobs, newest first. Its zero value
@@ -113,8 +116,8 @@ func (c *Client) RetryFailedTx(ctx context.Context, db bun.IDB, id int64) (int64
 		if _, known := c.cfg.JobQueues[f.Queue]; !known {
 			return fmt.Errorf("bunqueue: failed job %d belongs to queue %q, which is not in Config.JobQueues", id, f.Queue)
 		}
-		values, err := tx.NewRaw("(?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), ?, ?)",
-			f.Queue, f.Kind, f.Args, f.Metadata, f.Priority, f.MaxAttempts, sqlTime(f.CreatedAt), f.UniqueKey).AppendQuery(c.db.QueryGen(), nil)
+		values, err := tx.NewRaw("(?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), ?, ?, ?)",
+			f.Queue, f.Kind, f.Args, f.Metadata, f.Priority, f.MaxAttempts, sqlTime(f.CreatedAt), f.UniqueKey, f.TraceContext).AppendQuery(c.db.QueryGen(), nil)
 		if err != nil {
 			return err
 		}

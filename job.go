@@ -157,6 +157,8 @@ type jobRow struct {
 	LastError   *string
 	UniqueKey   *string
 	LeaseToken  *string
+	// TraceContext is the carrier of the span that enqueued the job.
+	TraceContext []byte
 }
 
 // Job states.

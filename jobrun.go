@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/bunqueue/bunqueue/internal/backoff"
 )
@@ -32,12 +33,12 @@ func (c *Client) jobRunners() []*runner {
 		if qc.Mode == ModeLease {
 			l := &leaseRunner{c: c, queue: name, cfg: qc}
 			runners = append(runners, &runner{
-				name: "jobs:" + name, workers: qc.Workers, batch: qc.BatchSize, poll: qc.PollInterval,
+				name: name, workers: qc.Workers, batch: qc.BatchSize, poll: qc.PollInterval,
 				wake: make(chan struct{}, qc.Workers), run: l.run,
 			})
 			continue
 		}
-		q := NewQueue("jobs:"+name, jobQuery(name),
+		q := NewQueue(name, jobQuery(name),
 			func(ctx context.Context, tx bun.Tx, row *jobRow) error {
 				return c.runLocked(ctx, tx, row, qc.Timeout)
 			},
@@ -49,6 +50,11 @@ func (c *Client) jobRunners() []*runner {
 				},
 			})
 		q.trusted = true // completion and failure always take the row out
+		q.creator = func(row *jobRow) context.Context { return c.tel.extract(row.TraceContext) }
+		q.attrs = func(row *jobRow) []attribute.KeyValue {
+			return []attribute.KeyValue{AttrKind.String(row.Kind), AttrAttempt.Int(row.Attempts + 1)}
+		}
+		q.outcomeF = func(row *jobRow, cause error) string { return failOutcome(cause, row.Attempts+1, row.MaxAttempts) }
 		if err := q.attach(c); err != nil {
 			panic(err) // the declaration above is valid by construction
 		}
@@ -102,7 +108,7 @@ func (c *Client) runLocked(ctx context.Context, tx bun.Tx, row *jobRow, timeout 
 func (c *Client) failLostTx(ctx context.Context, row *jobRow, connID int64, cause error) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	log := c.cfg.Logger.With("queue", "jobs:"+row.Queue, "job_id", row.ID)
+	log := c.cfg.Logger.With("queue", row.Queue, "job_id", row.ID)
 	if _, err := c.db.NewRaw("KILL CONNECTION ?", connID).Exec(fctx); err != nil {
 		log.DebugContext(ctx, "bunqueue: end the session of a timed-out job", "error", err)
 	}
@@ -167,8 +173,8 @@ func (c *Client) failJob(ctx context.Context, db bun.IDB, row *jobRow, attempt i
 			append([]any{attempt - 1, snooze.after.Microseconds()}, args...)...).Exec(ctx))
 	case errors.As(cause, &cancel) || attempt >= row.MaxAttempts:
 		moved, err := affected(db.NewRaw(`INSERT INTO bunqueue_failed_jobs
-	(job_id, queue, kind, args, metadata, priority, attempts, max_attempts, unique_key, error, created_at, failed_at)
-SELECT id, queue, kind, args, metadata, priority, ?, max_attempts, unique_key, ?, created_at, UTC_TIMESTAMP(6)
+	(job_id, queue, kind, args, metadata, priority, attempts, max_attempts, unique_key, error, created_at, failed_at, trace_context)
+SELECT id, queue, kind, args, metadata, priority, ?, max_attempts, unique_key, ?, created_at, UTC_TIMESTAMP(6), trace_context
 FROM bunqueue_jobs WHERE `+where, append([]any{attempt, errorText(cause)}, args...)...).Exec(ctx))
 		if err != nil || !moved {
 			return false, err
@@ -179,6 +185,21 @@ FROM bunqueue_jobs WHERE `+where, append([]any{attempt, errorText(cause)}, args.
 		return affected(db.NewRaw("UPDATE bunqueue_jobs SET attempts = ?, lease_token = NULL, last_error = ?, run_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE "+where,
 			append([]any{attempt, errorText(cause), max(wait, 0).Microseconds()}, args...)...).Exec(ctx))
 	}
+}
+
+// failOutcome is what failJob does with a failed attempt.
+func failOutcome(cause error, attempt, maxAttempts int) string {
+	var snooze *snoozeError
+	var cancel *cancelError
+	switch {
+	case errors.As(cause, &snooze):
+		return outcomeSnoozed
+	case errors.As(cause, &cancel):
+		return outcomeCancelled
+	case attempt >= maxAttempts:
+		return outcomeFailed
+	}
+	return outcomeRetried
 }
 
 func jobWhere(id int64, token string) (string, []any) {

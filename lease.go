@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -45,7 +46,7 @@ func (l *leaseRunner) run(ctx context.Context, limit int) batchResult {
 		return err
 	})
 	if err != nil {
-		res.err = fmt.Errorf("bunqueue: queue %q: lease: %w", "jobs:"+l.queue, err)
+		res.err = fmt.Errorf("bunqueue: queue %q: lease: %w", l.queue, err)
 		return res
 	}
 	if len(rows) == 0 {
@@ -86,7 +87,7 @@ func (l *leaseRunner) claim(ctx context.Context, limit int, res *batchResult) ([
 			if _, err := l.c.failJob(ctx, tx, &r, r.Attempts, errLeaseExpired, ""); err != nil {
 				return nil, "", err
 			}
-			expired = append(expired, &ItemError{Queue: "jobs:" + l.queue, Key: fmt.Sprintf("id=%d", r.ID), Err: errLeaseExpired, Recorded: true})
+			expired = append(expired, &ItemError{Queue: l.queue, Key: fmt.Sprintf("id=%d", r.ID), Err: errLeaseExpired, Recorded: true})
 			continue
 		}
 		r.Attempts++
@@ -109,11 +110,24 @@ func (l *leaseRunner) claim(ctx context.Context, limit int, res *batchResult) ([
 
 // runOne runs one leased job and completes, fails or releases it, if the
 // lease is still this worker's.
-func (l *leaseRunner) runOne(ctx context.Context, keeper *leaseKeeper, row *jobRow, token string) error {
+func (l *leaseRunner) runOne(ctx context.Context, keeper *leaseKeeper, row *jobRow, token string) (ierr error) {
 	key := fmt.Sprintf("id=%d", row.ID)
-	itemErr := func(err error) error { return &ItemError{Queue: "jobs:" + l.queue, Key: key, Err: err} }
+	itemErr := func(err error) error { return &ItemError{Queue: l.queue, Key: key, Err: err} }
 
-	jctx, cancel := withTimeout(ctx, l.cfg.Timeout)
+	tel := l.c.tel
+	sctx, span := tel.startBatch(ctx, l.queue)
+	it := tel.startItem(sctx, span, l.queue, 1, strconv.FormatInt(row.ID, 10), tel.extract(row.TraceContext),
+		AttrKind.String(row.Kind), AttrAttempt.Int(row.Attempts))
+	it.outcome = outcomeReleased
+	defer func() {
+		if ierr != nil && it.err == nil {
+			it.err = ierr
+		}
+		tel.end(it)
+		tel.endBatch(span, nil)
+	}()
+
+	jctx, cancel := withTimeout(it.ctx, l.cfg.Timeout)
 	defer cancel()
 	var err error
 	switch run := l.c.kinds[row.Kind]; {
@@ -141,6 +155,7 @@ func (l *leaseRunner) runOne(ctx context.Context, keeper *leaseKeeper, row *jobR
 			return err
 		})
 		if ferr == nil && changed {
+			it.outcome = outcomeCompleted
 			return nil
 		}
 	case ctx.Err() != nil:
@@ -159,7 +174,8 @@ func (l *leaseRunner) runOne(ctx context.Context, keeper *leaseKeeper, row *jobR
 			})
 		})
 		if ferr == nil && changed {
-			return &ItemError{Queue: "jobs:" + l.queue, Key: key, Err: cause, Recorded: true}
+			it.outcome, it.err = failOutcome(cause, row.Attempts, row.MaxAttempts), cause
+			return &ItemError{Queue: l.queue, Key: key, Err: cause, Recorded: true}
 		}
 	}
 	if ferr != nil {
@@ -318,7 +334,7 @@ func (k *leaseKeeper) extend(ctx context.Context) {
 		}
 	}
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		k.l.c.cfg.Logger.WarnContext(ctx, "bunqueue: lease heartbeat failed", "queue", "jobs:"+k.l.queue, "error", err)
+		k.l.c.cfg.Logger.WarnContext(ctx, "bunqueue: lease heartbeat failed", "queue", k.l.queue, "error", err)
 		return
 	}
 	ok := map[int64]bool{}

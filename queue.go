@@ -11,6 +11,8 @@ import (
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/schema"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bunqueue/bunqueue/internal/cooldown"
 )
@@ -35,6 +37,12 @@ type Queue[T any] struct {
 	handler HandlerFunc[T]
 	given   *QueueConfig[T]
 	trusted bool // the library's own handler: skip the leave-the-query re-check
+
+	// For the jobs queues: the item's creation context, its span
+	// attributes, and the outcome of a failure OnError recorded.
+	creator  func(item *T) context.Context
+	attrs    func(item *T) []attribute.KeyValue
+	outcomeF func(item *T, cause error) string
 
 	// Set by Client.Add.
 	client *Client
@@ -135,6 +143,29 @@ func (q *Queue[T]) attach(c *Client) error {
 	if len(table.PKs) == 0 {
 		return fmt.Errorf("bunqueue: queue %q: model %s has no primary key; mark its key field with `bun:\",pk\"`", q.name, typ)
 	}
+	if col := q.given.traceColumn(); col != "" {
+		f, ok := table.FieldMap[col]
+		if !ok {
+			return fmt.Errorf("bunqueue: queue %q: QueueConfig.TraceColumn %q is not a column of model %s", q.name, col, typ)
+		}
+		switch f.IndirectType.Kind() {
+		case reflect.String:
+		default:
+			return fmt.Errorf("bunqueue: queue %q: QueueConfig.TraceColumn %q must be a string or *string field, not %s", q.name, col, f.IndirectType)
+		}
+		if q.creator == nil {
+			q.creator = func(item *T) context.Context {
+				v := f.Value(reflect.ValueOf(item).Elem())
+				if v.Kind() == reflect.Pointer {
+					if v.IsNil() {
+						return context.Background()
+					}
+					v = v.Elem()
+				}
+				return extractTraceParent(v.String())
+			}
+		}
+	}
 	q.client = c
 	q.cfg = q.given.withDefaults(c.cfg)
 	q.table = table
@@ -192,4 +223,26 @@ func (q *Queue[T]) excludeCooling(sel *bun.SelectQuery, now time.Time) *bun.Sele
 		return sel.Where("?TableAlias.? NOT IN (?)", bun.Ident(q.table.PKs[0].Name), bun.In(flat))
 	}
 	return sel.Where("(?TablePKs) NOT IN (?)", bun.In(keys))
+}
+
+// startItemSpan starts the span of one claimed item.
+func (q *Queue[T]) startItemSpan(ctx context.Context, batch trace.Span, item *T, n int) *itemSpan {
+	_, id := q.key(item)
+	creator := context.Background()
+	if q.creator != nil {
+		creator = q.creator(item)
+	}
+	var attrs []attribute.KeyValue
+	if q.attrs != nil {
+		attrs = q.attrs(item)
+	}
+	return q.client.tel.startItem(ctx, batch, q.name, n, id, creator, attrs...)
+}
+
+// failureOutcome is the outcome of an item whose failure OnError recorded.
+func (q *Queue[T]) failureOutcome(item *T, cause error) string {
+	if q.outcomeF != nil {
+		return q.outcomeF(item, cause)
+	}
+	return outcomeFailed
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/bunqueue/bunqueue/internal/backoff"
 )
@@ -36,6 +38,7 @@ func (q *Queue[T]) runBatch(ctx context.Context, limit int) batchResult {
 			return res
 		}
 		q.client.cfg.Logger.DebugContext(ctx, "bunqueue: retrying transaction", "queue", q.name, "attempt", attempt, "error", res.err)
+		q.client.tel.txRetries.Add(ctx, 1, metric.WithAttributes(semconv.MessagingDestinationName(q.name)))
 		if !sleep(ctx, backoff.Jitter(backoff.Exponential(attempt, 5*time.Millisecond, 500*time.Millisecond), 0.5)) {
 			return res
 		}
@@ -52,6 +55,23 @@ const (
 )
 
 func (q *Queue[T]) tryBatch(ctx context.Context, limit int) (res batchResult) {
+	tel := q.client.tel
+	ctx, batchSpan := tel.startBatch(ctx, q.name)
+	var spans []*itemSpan
+	defer func() {
+		for _, it := range spans {
+			if res.err != nil {
+				// The batch did not commit: every row is back as it was.
+				it.outcome = outcomeReleased
+				if it.err == nil {
+					it.err = res.err
+				}
+			}
+			tel.end(it)
+		}
+		tel.endBatch(batchSpan, res.err)
+	}()
+	began := time.Now()
 	tx, err := q.client.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		res.err = fmt.Errorf("bunqueue: queue %q: begin: %w", q.name, err)
@@ -71,6 +91,7 @@ func (q *Queue[T]) tryBatch(ctx context.Context, limit int) (res batchResult) {
 		return res
 	}
 	res.claimed = len(items)
+	tel.claimed(ctx, batchSpan, q.name, len(items), began)
 	if len(items) == 0 {
 		return res
 	}
@@ -89,10 +110,13 @@ func (q *Queue[T]) tryBatch(ctx context.Context, limit int) (res batchResult) {
 			}
 		}
 		claimed := items[i]
-		herr := callHandler(func() error { return q.handler(ctx, tx, &items[i]) })
+		it := q.startItemSpan(ctx, batchSpan, &items[i], len(items))
+		spans = append(spans, it)
+		herr := callHandler(func() error { return q.handler(it.ctx, tx, &items[i]) })
 		if herr == nil {
 			continue
 		}
+		it.err = herr
 		if q.client.dialect.Retryable(herr) || ctx.Err() != nil {
 			// The server may have rolled back the whole transaction
 			// (deadlock), or we are stopping: retry or release the batch.
@@ -102,6 +126,7 @@ func (q *Queue[T]) tryBatch(ctx context.Context, limit int) (res batchResult) {
 		if !withSavepoints {
 			_ = tx.Rollback()
 			committed = true // nothing left to roll back
+			it.outcome = outcomeReleased
 			key, id := q.key(&claimed)
 			res.itemErrs = append(res.itemErrs, &ItemError{Queue: q.name, Key: id, Err: herr, Cooldown: q.cool.Add(id, key, time.Now())})
 			return res
@@ -162,21 +187,27 @@ func (q *Queue[T]) tryBatch(ctx context.Context, limit int) (res batchResult) {
 		key, id := q.key(&items[i])
 		undone := firstBad >= 0 && i >= firstBad
 		ie := &ItemError{Queue: q.name, Key: id, Err: causes[i]}
+		it := spans[i]
+		it.outcome = outcomeReleased
 		switch {
 		case outcomes[i] == succeeded && still[i]:
 			ie.Err = ErrStillQueued
+			it.err = ErrStillQueued
 		case outcomes[i] == succeeded && undone:
 			continue // undone with a row before it; back in the queue as it was
 		case outcomes[i] == succeeded:
+			it.outcome = outcomeCompleted
 			succeededKeys = append(succeededKeys, id)
 			continue
 		case outcomes[i] == recorded && !undone && !still[i]:
 			ie.Recorded = true
+			it.outcome = q.failureOutcome(&items[i], causes[i])
 			res.itemErrs = append(res.itemErrs, ie)
 			continue
 		case outcomes[i] == recorded && !undone:
 			ie.Recorded = true
 			ie.Err = fmt.Errorf("%w (recorded by OnError, but the row still matches the queue query)", causes[i])
+			it.outcome = outcomeFailed
 		}
 		ie.Cooldown = q.cool.Add(id, key, now)
 		res.itemErrs = append(res.itemErrs, ie)

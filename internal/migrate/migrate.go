@@ -38,7 +38,9 @@ var Migrations = []Migration{
 			// state: 0 waiting (or leased, in lease mode), 1 completed
 			// (kept only with Config.Retention). run_at is when the job may
 			// run; in lease mode, while a job is leased, it is the lease's
-			// end. The claim index serves
+			// end. trace_context holds the propagator's carrier of the span
+			// that enqueued the job, as "key=value" lines. The claim index
+			// serves
 			//   WHERE queue = ? AND state = 0 AND run_at <= NOW(6)
 			//   ORDER BY priority, run_at, id
 			// without a filesort.
@@ -58,6 +60,7 @@ var Migrations = []Migration{
 	last_error TEXT NULL,
 	unique_key VARCHAR(255) NULL,
 	lease_token CHAR(32) NULL,
+	trace_context VARBINARY(1024) NULL,
 	PRIMARY KEY (id),
 	UNIQUE KEY bunqueue_jobs_unique_key (unique_key),
 	KEY bunqueue_jobs_claim (queue, state, priority, run_at, id),
@@ -77,6 +80,7 @@ var Migrations = []Migration{
 	error TEXT NOT NULL,
 	created_at DATETIME(6) NOT NULL,
 	failed_at DATETIME(6) NOT NULL,
+	trace_context VARBINARY(1024) NULL,
 	PRIMARY KEY (id),
 	KEY bunqueue_failed_jobs_queue (queue, kind, id),
 	KEY bunqueue_failed_jobs_failed_at (failed_at, id)
