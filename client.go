@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/schema"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/bunqueue/bunqueue/internal/backoff"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
@@ -36,6 +38,9 @@ type Client struct {
 	stopping chan struct{}      // closed by Stop: claim no more
 	cancel   context.CancelFunc // cancels the handlers' contexts
 	workers  sync.WaitGroup
+	depthReg metric.Registration // the queue depth gauge's callback
+
+	watching atomic.Pointer[watch] // set by Start: the runners QueryHook wakes, by table
 }
 
 // NewClient returns a Client that works through db, a bun DB opened with
@@ -139,6 +144,7 @@ func (c *Client) Start(ctx context.Context) error {
 	workCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.cancel = cancel
 	c.started = true
+	c.watching.Store(c.newWatch(runners))
 	for _, r := range runners {
 		for range r.workers {
 			c.workers.Add(1)
@@ -149,6 +155,11 @@ func (c *Client) Start(ctx context.Context) error {
 		c.workers.Add(1)
 		go c.clean(workCtx)
 	}
+	reg, err := c.tel.observeDepth(runners, c.cfg.Logger)
+	if err != nil {
+		c.cfg.Logger.WarnContext(ctx, "bunqueue: the queue depth gauge is off", "error", err)
+	}
+	c.depthReg = reg
 	return nil
 }
 
@@ -166,6 +177,9 @@ func (c *Client) Stop(ctx context.Context) error {
 	}
 	c.stopped = true
 	close(c.stopping)
+	if c.depthReg != nil {
+		_ = c.depthReg.Unregister()
+	}
 	c.mu.Unlock()
 
 	done := make(chan struct{})
@@ -193,19 +207,34 @@ type runner struct {
 	poll    time.Duration
 	wake    chan struct{}
 	run     func(ctx context.Context, limit int) batchResult
+	depth   func(ctx context.Context, limit int) (int, error)
+	probe   func(ctx context.Context) (bool, error) // nil: claim at once
 }
 
 // work is one worker: it claims batches while it finds rows, and waits for
 // the poll interval (or a wake-up) when the queue is empty.
 func (c *Client) work(ctx context.Context, r *runner) {
 	defer c.workers.Done()
+	ctx = workerContext(ctx, r) // its own writes do not wake its queue: see QueryHook
 	log := c.cfg.Logger.With("queue", r.name)
 	failures := 0
+	idle := false // the last wait ran out: look before opening a claim
 	for {
 		select {
 		case <-c.stopping:
 			return
 		default:
+		}
+		if idle && r.probe != nil {
+			// An idle queue costs one plain read per poll, and no claim
+			// transaction (nor its span).
+			if found, err := r.probe(ctx); err == nil && !found {
+				var stop bool
+				if idle, stop = c.wait(r, backoff.Between(r.poll*3/4, r.poll)); stop {
+					return
+				}
+				continue
+			}
 		}
 		res := r.run(ctx, r.batch)
 		for _, err := range res.itemErrs {
@@ -224,7 +253,7 @@ func (c *Client) work(ctx context.Context, r *runner) {
 			wait = backoff.Jitter(backoff.Exponential(failures, 100*time.Millisecond, max(r.poll, 5*time.Second)), 0.2)
 			log.ErrorContext(ctx, "bunqueue: batch failed", "error", res.err, "retry_in", wait)
 		case res.claimed > 0:
-			failures = 0
+			failures, idle = 0, false
 			if res.claimed == r.batch {
 				r.poke() // there may be more: get a sleeping sibling going
 			}
@@ -233,15 +262,25 @@ func (c *Client) work(ctx context.Context, r *runner) {
 			failures = 0
 			wait = backoff.Between(r.poll*3/4, r.poll)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-c.stopping:
-			t.Stop()
+		var stop bool
+		if idle, stop = c.wait(r, wait); stop {
 			return
-		case <-r.wake:
-		case <-t.C:
 		}
-		t.Stop()
+	}
+}
+
+// wait sleeps d, or until the queue is woken or the client stops. It
+// reports whether the full wait ran out, and whether to stop.
+func (c *Client) wait(r *runner, d time.Duration) (ranOut, stop bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-c.stopping:
+		return false, true
+	case <-r.wake:
+		return false, false
+	case <-t.C:
+		return true, false
 	}
 }
 

@@ -86,6 +86,10 @@ type JobQueueConfig struct {
 	// PollInterval is how long an idle worker waits before it looks again.
 	// Defaults to Config.PollInterval.
 	PollInterval time.Duration
+	// Hooks are lifecycle hooks called around every job of this queue,
+	// after the client's: values that implement HookWorkBegin,
+	// HookWorkEnd or both.
+	Hooks []any
 }
 
 // Config configures a Client. A nil *Config, and its zero value, mean
@@ -131,6 +135,11 @@ type Config struct {
 	// root of a new trace, with a link to that context.
 	ParentProcessSpans bool
 
+	// Hooks are lifecycle hooks called around every item of every queue of
+	// this client, before the queues' own: values that implement
+	// HookWorkBegin, HookWorkEnd or both.
+	Hooks []any
+
 	// Retention keeps completed jobs in bunqueue_jobs for this long, then
 	// a cleaner deletes them in batches by primary key. Zero (the
 	// default) deletes a job as it completes, in its worker's transaction.
@@ -160,6 +169,11 @@ type QueueConfig[T any] struct {
 	// itself, if longer), ±10% jitter. Defaults to
 	// CooldownDefault.
 	Cooldown time.Duration
+
+	// Hooks are lifecycle hooks called around every item of this queue,
+	// after the client's: values that implement HookWorkBegin,
+	// HookWorkEnd or both.
+	Hooks []any
 
 	// TraceColumn names a column of the table that holds a W3C
 	// traceparent (fill it with TraceParent(ctx) when the app inserts the
@@ -225,7 +239,13 @@ func (c Config) validate() error {
 	case c.Retention < 0:
 		return fmt.Errorf("bunqueue: Config.Retention must not be negative, got %s", c.Retention)
 	}
+	if _, err := newHooks("Config.Hooks", c.Hooks); err != nil {
+		return err
+	}
 	for name, q := range c.JobQueues {
+		if _, err := newHooks(fmt.Sprintf("Config.JobQueues[%q].Hooks", name), q.Hooks); err != nil {
+			return err
+		}
 		field := func(f string, v any) error {
 			return fmt.Errorf("bunqueue: Config.JobQueues[%q].%s must not be negative, got %v", name, f, v)
 		}
@@ -298,4 +318,11 @@ func (c *QueueConfig[T]) traceColumn() string {
 		return ""
 	}
 	return c.TraceColumn
+}
+
+func (c *QueueConfig[T]) hooks() []any {
+	if c == nil {
+		return nil
+	}
+	return c.Hooks
 }

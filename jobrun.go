@@ -30,17 +30,21 @@ func jobQuery(queue string) QueryFunc {
 func (c *Client) jobRunners() []*runner {
 	var runners []*runner
 	for name, qc := range c.cfg.JobQueues {
+		h, err := newHooks(fmt.Sprintf("Config.JobQueues[%q].Hooks", name), c.cfg.Hooks, qc.Hooks)
+		if err != nil {
+			panic(err) // validated by NewClient
+		}
 		if qc.Mode == ModeLease {
-			l := &leaseRunner{c: c, queue: name, cfg: qc}
+			l := &leaseRunner{c: c, queue: name, cfg: qc, hooks: h}
 			runners = append(runners, &runner{
 				name: name, workers: qc.Workers, batch: qc.BatchSize, poll: qc.PollInterval,
-				wake: make(chan struct{}, qc.Workers), run: l.run,
+				wake: make(chan struct{}, qc.Workers), run: l.run, depth: c.jobDepth(name),
 			})
 			continue
 		}
 		q := NewQueue(name, jobQuery(name),
 			func(ctx context.Context, tx bun.Tx, row *jobRow) error {
-				return c.runLocked(ctx, tx, row, qc.Timeout)
+				return c.runLocked(ctx, tx, row, qc.Timeout, h)
 			},
 			&QueueConfig[jobRow]{
 				Workers: qc.Workers, BatchSize: qc.BatchSize, PollInterval: qc.PollInterval,
@@ -58,18 +62,25 @@ func (c *Client) jobRunners() []*runner {
 		if err := q.attach(c); err != nil {
 			panic(err) // the declaration above is valid by construction
 		}
+		q.hooks = hooks{} // runLocked calls them around the worker, not its completion
 		runners = append(runners, q.runner())
 	}
 	return runners
 }
 
+// jobDepth counts the jobs of a queue that are due and not locked.
+func (c *Client) jobDepth(queue string) func(ctx context.Context, limit int) (int, error) {
+	return func(ctx context.Context, limit int) (int, error) {
+		return c.countUnlocked(ctx, queue, limit, func(tx bun.Tx) *bun.SelectQuery {
+			return jobQuery(queue)(tx.NewSelect().Model((*jobRow)(nil))).Column("id")
+		})
+	}
+}
+
 // runLocked runs a job in lock mode, inside the claim transaction, and
 // completes it there.
-func (c *Client) runLocked(ctx context.Context, tx bun.Tx, row *jobRow, timeout time.Duration) error {
+func (c *Client) runLocked(ctx context.Context, tx bun.Tx, row *jobRow, timeout time.Duration, h hooks) error {
 	run := c.kinds[row.Kind]
-	if run == nil {
-		return errNoWorker(row.Kind)
-	}
 	var connID int64
 	if timeout > 0 {
 		// See failLostTx: a timeout may cost the job its transaction.
@@ -78,7 +89,12 @@ func (c *Client) runLocked(ctx context.Context, tx bun.Tx, row *jobRow, timeout 
 		}
 	}
 	jctx, cancel := withTimeout(ctx, timeout)
-	err := run(jctx, tx, row, row.Attempts+1)
+	err := h.run(jctx, func() *WorkInfo { return row.workInfo(row.Attempts + 1) }, func() error {
+		if run == nil {
+			return errNoWorker(row.Kind)
+		}
+		return run(jctx, tx, row, row.Attempts+1)
+	})
 	timedOut := errors.Is(jctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 	cancel()
 	if timedOut {
@@ -267,4 +283,9 @@ func (c *Client) clean(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// workInfo describes a job to the lifecycle hooks.
+func (r *jobRow) workInfo(attempt int) *WorkInfo {
+	return &WorkInfo{Queue: r.Queue, Key: fmt.Sprintf("id=%d", r.ID), JobID: r.ID, Kind: r.Kind, Attempt: attempt}
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/bunqueue/bunqueue/internal/backoff"
 )
@@ -29,6 +31,7 @@ type leaseRunner struct {
 	c     *Client
 	queue string
 	cfg   JobQueueConfig
+	hooks hooks
 }
 
 // run leases up to limit jobs in a short transaction, then runs them one
@@ -38,6 +41,7 @@ func (l *leaseRunner) run(ctx context.Context, limit int) batchResult {
 	var rows []jobRow
 	var token string
 	var claimed time.Time
+	began := time.Now()
 	err := l.c.retry(ctx, func() (err error) {
 		// Taken before the claim's UPDATE sets the leases from the database
 		// clock: they end no earlier than claimed + Lease.
@@ -45,6 +49,7 @@ func (l *leaseRunner) run(ctx context.Context, limit int) batchResult {
 		rows, token, err = l.claim(ctx, limit, &res)
 		return err
 	})
+	l.c.tel.claimDuration.Record(ctx, time.Since(began).Seconds(), metric.WithAttributes(semconv.MessagingDestinationName(l.queue)))
 	if err != nil {
 		res.err = fmt.Errorf("bunqueue: queue %q: lease: %w", l.queue, err)
 		return res
@@ -137,10 +142,13 @@ func (l *leaseRunner) runOne(ctx context.Context, keeper *leaseKeeper, row *jobR
 		err = ctx.Err()
 	case !keeper.start(row.ID, cancel):
 		return itemErr(errors.New("bunqueue: the job's lease was lost before it started; another worker may hold it now"))
-	case run == nil:
-		err = errNoWorker(row.Kind)
 	default:
-		err = callHandler(func() error { return run(jctx, l.c.db, row, row.Attempts) })
+		err = l.hooks.run(jctx, func() *WorkInfo { return row.workInfo(row.Attempts) }, func() error {
+			if run == nil {
+				return errNoWorker(row.Kind)
+			}
+			return run(jctx, l.c.db, row, row.Attempts)
+		})
 	}
 	lost := keeper.finish(row.ID)
 
@@ -195,6 +203,7 @@ func (c *Client) retry(ctx context.Context, fn func() error) error {
 		if err == nil || !c.dialect.Retryable(err) || attempt == txAttempts {
 			return err
 		}
+		c.tel.txRetries.Add(ctx, 1)
 		if !sleep(ctx, backoff.Jitter(backoff.Exponential(attempt, 5*time.Millisecond, 500*time.Millisecond), 0.5)) {
 			return err
 		}

@@ -44,6 +44,8 @@ type Queue[T any] struct {
 	attrs    func(item *T) []attribute.KeyValue
 	outcomeF func(item *T, cause error) string
 
+	hooks hooks // set by Client.Add
+
 	// Set by Client.Add.
 	client *Client
 	cfg    QueueConfig[T]
@@ -84,18 +86,22 @@ func (q *Queue[T]) Count(ctx context.Context, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, fmt.Errorf("bunqueue: queue %q: Count limit must be positive, got %d", q.name, limit)
 	}
-	tx, err := q.client.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	return q.client.countUnlocked(ctx, q.name, limit, func(tx bun.Tx) *bun.SelectQuery {
+		return q.query(tx.NewSelect().Model((*T)(nil))).Column(q.pkNames()...)
+	})
+}
+
+// countUnlocked counts the rows of sel, at most limit, skipping the
+// locked ones, in a READ COMMITTED transaction it rolls back.
+func (c *Client) countUnlocked(ctx context.Context, queue string, limit int, sel func(tx bun.Tx) *bun.SelectQuery) (int, error) {
+	tx, err := c.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
-		return 0, fmt.Errorf("bunqueue: count %s: %w", q.name, err)
+		return 0, fmt.Errorf("bunqueue: count %s: %w", queue, err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	rows, err := q.query(tx.NewSelect().Model((*T)(nil))).
-		Column(q.pkNames()...).
-		Limit(int64(limit)).
-		For(q.client.dialect.SkipLocked()).
-		Rows(ctx)
+	rows, err := sel(tx).Limit(int64(limit)).For(c.dialect.SkipLocked()).Rows(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("bunqueue: count %s: %w", q.name, err)
+		return 0, fmt.Errorf("bunqueue: count %s: %w", queue, err)
 	}
 	defer rows.Close()
 	n := 0
@@ -103,7 +109,7 @@ func (q *Queue[T]) Count(ctx context.Context, limit int) (int, error) {
 		n++
 	}
 	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("bunqueue: count %s: %w", q.name, err)
+		return 0, fmt.Errorf("bunqueue: count %s: %w", queue, err)
 	}
 	return n, nil
 }
@@ -166,6 +172,11 @@ func (q *Queue[T]) attach(c *Client) error {
 			}
 		}
 	}
+	h, err := newHooks(fmt.Sprintf("queue %q: QueueConfig.Hooks", q.name), c.cfg.Hooks, q.given.hooks())
+	if err != nil {
+		return err
+	}
+	q.hooks = h
 	q.client = c
 	q.cfg = q.given.withDefaults(c.cfg)
 	q.table = table
@@ -183,6 +194,8 @@ func (q *Queue[T]) runner() *runner {
 		poll:    q.cfg.PollInterval,
 		wake:    q.wake,
 		run:     q.runBatch,
+		depth:   q.Count,
+		probe:   q.hasWaiting,
 	}
 }
 
@@ -227,7 +240,10 @@ func (q *Queue[T]) excludeCooling(sel *bun.SelectQuery, now time.Time) *bun.Sele
 
 // startItemSpan starts the span of one claimed item.
 func (q *Queue[T]) startItemSpan(ctx context.Context, batch trace.Span, item *T, n int) *itemSpan {
-	_, id := q.key(item)
+	vals, id := q.key(item)
+	if len(vals) == 1 {
+		id = fmt.Sprint(vals[0]) // messaging.message.id: the bare key
+	}
 	creator := context.Background()
 	if q.creator != nil {
 		creator = q.creator(item)
@@ -245,4 +261,18 @@ func (q *Queue[T]) failureOutcome(item *T, cause error) string {
 		return q.outcomeF(item, cause)
 	}
 	return outcomeFailed
+}
+
+// workInfo describes an item to the lifecycle hooks.
+func (q *Queue[T]) workInfo(item *T) *WorkInfo {
+	_, id := q.key(item)
+	return &WorkInfo{Queue: q.name, Key: id}
+}
+
+// hasWaiting reports, with a plain read that locks nothing, whether any
+// row matches the queue's query. An idle worker asks before it opens a
+// claim transaction, so that an idle queue costs one cheap query per poll
+// and makes no spans.
+func (q *Queue[T]) hasWaiting(ctx context.Context) (bool, error) {
+	return q.query(q.client.db.NewSelect().Model((*T)(nil))).Column(q.pkNames()...).Limit(1).Exists(ctx)
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
+	"sort"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -186,7 +188,7 @@ func (t *telemetry) startItem(ctx context.Context, batch trace.Span, queue strin
 func (t *telemetry) end(it *itemSpan) {
 	attrs := []attribute.KeyValue{semconv.MessagingDestinationName(it.queue), AttrOutcome.String(it.outcome)}
 	it.span.SetAttributes(AttrOutcome.String(it.outcome))
-	if it.err != nil {
+	if it.err != nil && it.outcome != outcomeSnoozed {
 		typ := errorType(it.err)
 		it.span.SetAttributes(semconv.ErrorTypeKey.String(typ))
 		it.span.RecordError(it.err)
@@ -249,8 +251,20 @@ func (t *telemetry) inject(ctx context.Context) []byte {
 	if len(carrier) == 0 {
 		return nil
 	}
+	// traceparent first, then the rest in a stable order, as many as fit
+	// the column (baggage can be large: it is dropped before the link).
+	keys := carrier.Keys()
+	sort.Slice(keys, func(i, j int) bool {
+		if (keys[i] == "traceparent") != (keys[j] == "traceparent") {
+			return keys[i] == "traceparent"
+		}
+		return keys[i] < keys[j]
+	})
 	var b []byte
-	for _, k := range carrier.Keys() {
+	for _, k := range keys {
+		if len(b)+len(k)+len(carrier[k])+2 > traceContextMax {
+			continue
+		}
 		b = append(b, k...)
 		b = append(b, '=')
 		b = append(b, carrier[k]...)
@@ -258,6 +272,9 @@ func (t *telemetry) inject(ctx context.Context) []byte {
 	}
 	return b
 }
+
+// traceContextMax is the size of the trace_context column.
+const traceContextMax = 1024
 
 // extract is the inverse of inject.
 func (t *telemetry) extract(b []byte) context.Context {
@@ -359,3 +376,32 @@ func (t *telemetry) endSend(ctx context.Context, span trace.Span, jobs []Enqueue
 	}
 	span.End()
 }
+
+// observeDepth registers the queue depth gauge: at each collection, one
+// capped count per queue (at most QueueDepthLimit), not one per worker.
+func (t *telemetry) observeDepth(runners []*runner, log *slog.Logger) (metric.Registration, error) {
+	gauge, err := t.meter.Int64ObservableGauge("bunqueue.queue.depth", metric.WithUnit("{message}"),
+		metric.WithDescription("Items waiting in the queue and not locked, counted up to QueueDepthLimit."))
+	if err != nil {
+		return nil, err
+	}
+	return t.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		for _, r := range runners {
+			if r.depth == nil {
+				continue
+			}
+			n, err := r.depth(ctx, QueueDepthLimit)
+			if err != nil {
+				log.DebugContext(ctx, "bunqueue: queue depth", "queue", r.name, "error", err)
+				continue
+			}
+			o.ObserveInt64(gauge, int64(n), metric.WithAttributes(semconv.MessagingDestinationName(r.name)))
+		}
+		return nil
+	}, gauge)
+}
+
+// QueueDepthLimit caps the count behind the bunqueue.queue.depth gauge, so
+// that a collection stays cheap on a large backlog. The count locks the
+// rows it counts, skipping locked ones, for one statement.
+const QueueDepthLimit = 10000

@@ -112,7 +112,8 @@ func (q *Queue[T]) tryBatch(ctx context.Context, limit int) (res batchResult) {
 		claimed := items[i]
 		it := q.startItemSpan(ctx, batchSpan, &items[i], len(items))
 		spans = append(spans, it)
-		herr := callHandler(func() error { return q.handler(it.ctx, tx, &items[i]) })
+		herr := q.hooks.run(it.ctx, func() *WorkInfo { return q.workInfo(&items[i]) },
+			func() error { return q.handler(it.ctx, tx, &items[i]) })
 		if herr == nil {
 			continue
 		}

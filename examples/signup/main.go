@@ -22,6 +22,14 @@
 //	curl -H 'Content-Type: application/json' -d '{"email":"grace@example.com","name":"Grace Hopper"}' localhost:8080/signup
 //	curl -d email=eve@example.com -d name=Eve 'localhost:8080/signup?fail=1'
 //	curl localhost:8080/users
+//
+// With OTEL_EXPORTER_OTLP_ENDPOINT set (e.g. http://127.0.0.1:4318, where
+// Jaeger receives OTLP over HTTP), it exports traces by OTLP/HTTP as
+// service "signup" (or OTEL_SERVICE_NAME): a SERVER span per HTTP request,
+// the "send default" span of each Enqueue inside it, a "process default"
+// span per job (a trace of its own, linked to the send span), and a span per
+// SQL statement under whichever of those ran it. Without it, nothing is
+// exported. scripts/jaeger-e2e.sh checks all that in a real Jaeger.
 package main
 
 import (
@@ -39,7 +47,7 @@ import (
 	"syscall"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql"
+	"github.com/go-sql-driver/mysql"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/mysqldialect"
 
@@ -75,16 +83,38 @@ func main() {
 
 // run sets the app up, serves until ctx ends (or, with demo, until the
 // demo is over) and shuts down.
-func run(ctx context.Context, addr string, demo bool) error {
+func run(ctx context.Context, addr string, demo bool) (err error) {
 	dsn := os.Getenv("BUNQUEUE_MYSQL_DSN")
 	if dsn == "" {
 		dsn = defaultDSN
 	}
+
+	// 0. Tracing, if OTEL_EXPORTER_OTLP_ENDPOINT asks for it (tel is nil,
+	// and changes nothing, otherwise). Deferred first, so it runs last:
+	// after client.Stop has ended the workers' spans, it sends what is left.
+	tel, err := setupTracing(ctx)
+	if err != nil {
+		return err
+	}
+	if tel != nil {
+		log.Printf("tracing: exporting spans by OTLP/HTTP to %s", otlpEndpoint())
+	}
+	defer func() {
+		flushCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err = errors.Join(err, tel.shutdown(flushCtx))
+	}()
+
 	db, err := openDB(dsn)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	var dbName string
+	if cfg, err := mysql.ParseDSN(dsn); err == nil {
+		dbName = cfg.DBName
+	}
+	tel.instrumentDB(db, dbName) // SQL statements become spans
 
 	// 1. The tables: bunqueue's jobs tables (idempotent; safe when several
 	// processes start at once), then the app's own.
@@ -97,7 +127,9 @@ func run(ctx context.Context, addr string, demo bool) error {
 
 	// 2. The bunqueue client and its worker. A nil Config.JobQueues means
 	// one jobs queue, bunqueue.QueueDefault, with one worker goroutine.
-	client, err := bunqueue.NewClient(db, &bunqueue.Config{PollInterval: pollInterval})
+	cfg := &bunqueue.Config{PollInterval: pollInterval}
+	tel.configure(cfg) // send and process spans, W3C context stored with each job
+	client, err := bunqueue.NewClient(db, cfg)
 	if err != nil {
 		return err
 	}
@@ -117,7 +149,7 @@ func run(ctx context.Context, addr string, demo bool) error {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           newServer(db, client, bunqueue.QueueDefault),
+		Handler:           tel.handler(newServer(db, client, bunqueue.QueueDefault)),
 		ReadHeaderTimeout: 5 * time.Second,
 	}
 	serveErr := make(chan error, 1)

@@ -44,6 +44,13 @@ type testApp struct {
 
 func newTestApp(t *testing.T) *testApp {
 	t.Helper()
+	return newTracedTestApp(t, nil)
+}
+
+// newTracedTestApp is newTestApp with the app's tracing set up as main
+// does it (nil: none, as newTestApp).
+func newTracedTestApp(t *testing.T, tel *tracing) *testApp {
+	t.Helper()
 	dsn := os.Getenv("BUNQUEUE_MYSQL_DSN")
 	if dsn == "" {
 		dsn = defaultDSN
@@ -53,6 +60,7 @@ func newTestApp(t *testing.T) *testApp {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
+	tel.instrumentDB(db, "")
 	ctx := t.Context()
 	if err := bunqueue.Migrate(ctx, db); err != nil {
 		t.Fatalf("migrate (the tests need MySQL 8 or MariaDB 10.6+ at %s): %v", dsn, err)
@@ -81,11 +89,13 @@ func newTestApp(t *testing.T) *testApp {
 	})
 
 	logger := testLogger(t)
-	a.client, err = bunqueue.NewClient(db, &bunqueue.Config{
+	cfg := &bunqueue.Config{
 		Logger:       logger,
 		PollInterval: 20 * time.Millisecond,
 		JobQueues:    map[string]bunqueue.JobQueueConfig{a.queue: {}},
-	})
+	}
+	tel.configure(cfg)
+	a.client, err = bunqueue.NewClient(db, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +116,7 @@ func newTestApp(t *testing.T) *testApp {
 		}
 	})
 
-	srv := httptest.NewServer(newServer(db, a.client, a.queue))
+	srv := httptest.NewServer(tel.handler(newServer(db, a.client, a.queue)))
 	t.Cleanup(srv.Close)
 	a.url = srv.URL
 	return a
