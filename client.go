@@ -74,11 +74,8 @@ func (c *Client) Add(q AnyQueue) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	switch {
-	case c.stopped:
-		return ErrStopped
-	case c.started:
-		return ErrStarted
+	if err := c.unstarted(); err != nil {
+		return err
 	}
 	if c.names[q.Name()] {
 		return fmt.Errorf("bunqueue: queue %q: a queue with this name was already added", q.Name())
@@ -100,11 +97,8 @@ func (c *Client) Add(q AnyQueue) error {
 func (c *Client) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	switch {
-	case c.stopped:
-		return ErrStopped
-	case c.started:
-		return ErrStarted
+	if err := c.unstarted(); err != nil {
+		return err
 	}
 	runners := make([]*runner, len(c.queues))
 	for i, q := range c.queues {
@@ -160,6 +154,18 @@ func (c *Client) Start(ctx context.Context) error {
 		c.cfg.Logger.WarnContext(ctx, "bunqueue: the queue depth gauge is off", "error", err)
 	}
 	c.depthReg = reg
+	return nil
+}
+
+// unstarted returns ErrStopped or ErrStarted unless the client is new.
+// Call with c.mu held.
+func (c *Client) unstarted() error {
+	switch {
+	case c.stopped:
+		return ErrStopped
+	case c.started:
+		return ErrStarted
+	}
 	return nil
 }
 

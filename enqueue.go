@@ -12,8 +12,6 @@ import (
 
 	"github.com/uptrace/bun"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
-
-	"github.com/bunqueue/bunqueue/internal/backoff"
 )
 
 // EnqueueOpts are the options of one job. A nil *EnqueueOpts, and zero
@@ -277,19 +275,13 @@ func (c *Client) maxPacket(ctx context.Context, db bun.IDB) (int, error) {
 	return n, nil
 }
 
-// retryOutsideTx runs fn, and again after deadlocks and lock wait timeouts
-// when db is not a transaction (a transaction's fate is its owner's).
+// retryOutsideTx is retry when db is not a transaction; a transaction's
+// fate is its owner's, so through one fn runs once.
 func (c *Client) retryOutsideTx(ctx context.Context, db bun.IDB, fn func() error) error {
-	_, plain := db.(*bun.DB)
-	for attempt := 1; ; attempt++ {
-		err := fn()
-		if err == nil || !plain || !c.dialect.Retryable(err) || attempt == txAttempts {
-			return err
-		}
-		if !sleep(ctx, backoff.Jitter(backoff.Exponential(attempt, 5*time.Millisecond, 500*time.Millisecond), 0.5)) {
-			return err
-		}
+	if _, plain := db.(*bun.DB); !plain {
+		return fn()
 	}
+	return c.retry(ctx, fn)
 }
 
 // sqlTime renders t in UTC as a DATETIME(6) literal. Formatted here: the

@@ -83,12 +83,10 @@ func AddWorker[T JobArgs](c *Client, w Worker[T]) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	switch {
-	case c.stopped:
-		return ErrStopped
-	case c.started:
-		return ErrStarted
-	case c.kinds[kind] != nil:
+	if err := c.unstarted(); err != nil {
+		return err
+	}
+	if c.kinds[kind] != nil {
 		return fmt.Errorf("bunqueue: AddWorker: a worker for kind %q was already added", kind)
 	}
 	c.kinds[kind] = func(ctx context.Context, db bun.IDB, row *jobRow, attempt int) error {

@@ -14,8 +14,6 @@ import (
 	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
-
-	"github.com/bunqueue/bunqueue/internal/backoff"
 )
 
 // finishTimeout bounds the writes that complete, fail or release a job;
@@ -194,20 +192,6 @@ func (l *leaseRunner) runOne(ctx context.Context, keeper *leaseKeeper, row *jobR
 		why = "the lease was lost"
 	}
 	return itemErr(fmt.Errorf("bunqueue: %s before the job finished; another worker may hold it, so this result was not recorded (job result: %v)", why, err))
-}
-
-// retry runs fn again after deadlocks and lock wait timeouts, with jitter.
-func (c *Client) retry(ctx context.Context, fn func() error) error {
-	for attempt := 1; ; attempt++ {
-		err := fn()
-		if err == nil || !c.dialect.Retryable(err) || attempt == txAttempts {
-			return err
-		}
-		c.tel.txRetries.Add(ctx, 1)
-		if !sleep(ctx, backoff.Jitter(backoff.Exponential(attempt, 5*time.Millisecond, 500*time.Millisecond), 0.5)) {
-			return err
-		}
-	}
 }
 
 func newToken() string {

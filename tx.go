@@ -32,15 +32,28 @@ type batchResult struct {
 // retrying the whole transaction with jitter on deadlocks and lock wait
 // timeouts.
 func (q *Queue[T]) runBatch(ctx context.Context, limit int) batchResult {
+	var res batchResult
+	_ = q.client.retry(ctx, func() error {
+		res = q.tryBatch(ctx, limit)
+		return res.err
+	}, metric.WithAttributes(semconv.MessagingDestinationName(q.name)))
+	return res
+}
+
+// retry runs fn, and runs it again after a deadlock or a lock wait timeout
+// (the server has rolled the transaction back, or should be asked to),
+// after a jittered exponential wait, up to txAttempts times in all. Each
+// retry is counted in bunqueue.transaction.retries.
+func (c *Client) retry(ctx context.Context, fn func() error, attrs ...metric.AddOption) error {
 	for attempt := 1; ; attempt++ {
-		res := q.tryBatch(ctx, limit)
-		if res.err == nil || !q.client.dialect.Retryable(res.err) || attempt == txAttempts {
-			return res
+		err := fn()
+		if err == nil || !c.dialect.Retryable(err) || attempt == txAttempts {
+			return err
 		}
-		q.client.cfg.Logger.DebugContext(ctx, "bunqueue: retrying transaction", "queue", q.name, "attempt", attempt, "error", res.err)
-		q.client.tel.txRetries.Add(ctx, 1, metric.WithAttributes(semconv.MessagingDestinationName(q.name)))
+		c.cfg.Logger.DebugContext(ctx, "bunqueue: retrying transaction", "attempt", attempt, "error", err)
+		c.tel.txRetries.Add(ctx, 1, attrs...)
 		if !sleep(ctx, backoff.Jitter(backoff.Exponential(attempt, 5*time.Millisecond, 500*time.Millisecond), 0.5)) {
-			return res
+			return err
 		}
 	}
 }
