@@ -138,6 +138,22 @@
 // completion counts only if the lease token still matches. See
 // [JobQueueConfig].
 //
+// # Tracing, metrics and hooks
+//
+// A client makes OpenTelemetry spans and metrics through
+// [Config.TracerProvider] and [Config.MeterProvider] (the otel globals
+// when nil): a PRODUCER span "send {queue}" per Enqueue, whose context is
+// stored with the job, and a CONSUMER span "process {queue}" per claim
+// transaction, started before BEGIN so that SQL spans nest under it, with a
+// link to the item's creation context ([Config.ParentProcessSpans] makes it
+// a child instead). Rows of the app's own tables can carry that context in
+// a column ([QueueConfig.TraceColumn], filled with [TraceParent]).
+//
+// [Client.QueryHook] wakes this process's workers when a transaction that
+// wrote to a watched table commits, so that work created in-process starts
+// at once; polling remains for work created elsewhere. Lifecycle hooks
+// ([HookWorkBegin], [HookWorkEnd]) run around every handler and worker.
+//
 // # Guarantees
 //
 //   - At least once: a row stays in its queue until a transaction that
