@@ -1,0 +1,329 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/mysqldialect"
+)
+
+// benchLock is the server's named lock a bench run holds, so that two runs
+// against one database do not drop each other's tables.
+const benchLock = "bunqueue_bench"
+
+// bench is one run of the bench command: its settings and what it
+// measured so far.
+type bench struct {
+	dsn      string
+	duration time.Duration // the measured window of each scenario
+	warmup   time.Duration // run before the window, not measured
+	log      *slog.Logger  // the clients' logger: warnings and errors to stderr
+	progress io.Writer
+
+	ceiling map[int]float64 // commit ceiling by concurrency, once measured
+}
+
+// result is one row of the output table.
+type result struct {
+	Scenario    string   `json:"scenario"`
+	Concurrency int      `json:"concurrency"`
+	ItemsPerSec float64  `json:"items_per_sec"`
+	Ratio       *float64 `json:"ratio_to_ceiling,omitempty"`
+	P50ms       *float64 `json:"p50_ms,omitempty"`
+	P95ms       *float64 `json:"p95_ms,omitempty"`
+	P99ms       *float64 `json:"p99_ms,omitempty"`
+	RSSKiB      int64    `json:"rss_kib"`
+	Note        string   `json:"note,omitempty"`
+}
+
+// report is what --json prints.
+type report struct {
+	Server     string   `json:"server"`
+	GoVersion  string   `json:"go_version"`
+	NumCPU     int      `json:"num_cpu"`
+	DurationS  float64  `json:"duration_s"`
+	WarmupS    float64  `json:"warmup_s"`
+	StartedUTC string   `json:"started_utc"`
+	Results    []result `json:"results"`
+}
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	quick := fs.Bool("quick", false, "short run: about 3 s per scenario, a minute in all")
+	dsnFlag := fs.String("dsn", "", "MySQL/MariaDB DSN (default: $BUNQUEUE_MYSQL_DSN, else "+defaultDSN+")")
+	asJSON := fs.Bool("json", false, "print the results as JSON instead of a table")
+	duration := fs.Duration("duration", 0, "measured time of each scenario (default 3s with --quick, 15s without)")
+	only := fs.String("only", "", "comma-separated scenario names or name prefixes to run (default all): "+strings.Join(scenarioNames(), ", "))
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: bunqueue bench [--quick] [--dsn DSN] [--json] [--duration D] [--only NAMES]")
+		fmt.Fprintln(stderr)
+		fmt.Fprintln(stderr, "Measures, each for a fixed time, the database's commit ceiling and bunqueue's")
+		fmt.Fprintln(stderr, "throughput and latency, in tables named bench_* and jobs queues named bench_*")
+		fmt.Fprintln(stderr, "that it creates and removes.")
+		fmt.Fprintln(stderr)
+		fs.PrintDefaults()
+	}
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
+	}
+	b := &bench{
+		dsn:      dsnFrom(*dsnFlag),
+		duration: 15 * time.Second,
+		log:      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		progress: stderr,
+		ceiling:  map[int]float64{},
+	}
+	if *quick {
+		b.duration = 3 * time.Second
+	}
+	if *duration < 0 {
+		fmt.Fprintln(stderr, "bench: --duration must be positive")
+		return exitUsage
+	}
+	if *duration > 0 {
+		b.duration = *duration
+	}
+	b.warmup = min(time.Second, b.duration/4)
+	selected, err := selectScenarios(*only)
+	if err != nil {
+		fmt.Fprintf(stderr, "bench: %v\n", err)
+		return exitUsage
+	}
+
+	rep, err := b.run(ctx, selected)
+	if err != nil {
+		fmt.Fprintf(stderr, "bunqueue bench: %v\n", err)
+		return exitError
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintf(stderr, "bunqueue bench: %v\n", err)
+			return exitError
+		}
+		return exitOK
+	}
+	printTable(stdout, rep)
+	return exitOK
+}
+
+// selectScenarios returns the scenarios whose names start with one of the
+// comma-separated prefixes in only, or all of them if only is empty.
+func selectScenarios(only string) ([]scenario, error) {
+	all := scenarios()
+	if strings.TrimSpace(only) == "" {
+		return all, nil
+	}
+	var out []scenario
+	for _, p := range strings.Split(only, ",") {
+		p = strings.TrimSpace(p)
+		exact := slices.ContainsFunc(all, func(s scenario) bool { return s.name == p })
+		found := false
+		for _, s := range all {
+			if s.name == p || !exact && strings.HasPrefix(s.name, p) {
+				found = true
+				if !slices.ContainsFunc(out, func(o scenario) bool { return o.name == s.name }) {
+					out = append(out, s)
+				}
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("--only: no scenario named %q (scenarios: %s)", p, strings.Join(scenarioNames(), ", "))
+		}
+	}
+	// Keep the run order, so that the ceiling comes first.
+	slices.SortStableFunc(out, func(a, b scenario) int {
+		return slices.IndexFunc(all, func(s scenario) bool { return s.name == a.name }) -
+			slices.IndexFunc(all, func(s scenario) bool { return s.name == b.name })
+	})
+	return out, nil
+}
+
+func scenarioNames() []string {
+	var names []string
+	for _, s := range scenarios() {
+		names = append(names, s.name)
+	}
+	return names
+}
+
+// run checks the server, takes the bench lock and runs the scenarios.
+func (b *bench) run(ctx context.Context, selected []scenario) (*report, error) {
+	admin, err := b.open(ctx, 4)
+	if err != nil {
+		return nil, err
+	}
+	defer admin.Close()
+	rep := &report{
+		GoVersion:  runtime.Version(),
+		NumCPU:     runtime.NumCPU(),
+		DurationS:  b.duration.Seconds(),
+		WarmupS:    b.warmup.Seconds(),
+		StartedUTC: time.Now().UTC().Format(time.RFC3339),
+	}
+	if err := admin.NewRaw("SELECT VERSION()").Scan(ctx, &rep.Server); err != nil {
+		return nil, fmt.Errorf("read the server version: %w", err)
+	}
+
+	// The named lock belongs to one connection: hold that one for the run.
+	lockConn, err := admin.DB.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("open a connection: %w", err)
+	}
+	defer lockConn.Close()
+	var got sql.NullInt64
+	if err := lockConn.QueryRowContext(ctx, "SELECT GET_LOCK('"+benchLock+"', 10)").Scan(&got); err != nil {
+		return nil, fmt.Errorf("take the server lock %q: %w", benchLock, err)
+	}
+	if got.Int64 != 1 {
+		return nil, errors.New("another bunqueue bench is running against this database (it holds the server lock " + strconv.Quote(benchLock) + "); wait for it to finish")
+	}
+	defer func() { _, _ = lockConn.ExecContext(context.WithoutCancel(ctx), "DO RELEASE_LOCK('"+benchLock+"')") }()
+
+	total := time.Duration(len(selected)) * (b.duration + b.warmup)
+	fmt.Fprintf(b.progress, "bunqueue bench: %d scenarios, %s measured each after %s of warm-up (about %s plus set-up), server %s\n",
+		len(selected), b.duration, b.warmup, total.Round(time.Second), rep.Server)
+	for _, s := range selected {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("interrupted: %w", err)
+		}
+		fmt.Fprintf(b.progress, "  %-18s %s … ", s.name, s.desc)
+		began := time.Now()
+		r, err := s.run(ctx, b)
+		if err != nil {
+			fmt.Fprintln(b.progress, "failed")
+			return nil, fmt.Errorf("scenario %s: %w", s.name, err)
+		}
+		r.Scenario, r.Concurrency = s.name, s.concurrency
+		if s.ceiling {
+			b.ceiling[s.concurrency] = r.ItemsPerSec
+		}
+		if c, ok := b.ceiling[s.concurrency]; ok && c > 0 && !s.noRatio {
+			ratio := r.ItemsPerSec / c
+			r.Ratio = &ratio
+		}
+		fmt.Fprintf(b.progress, "%.0f items/s (%s)\n", r.ItemsPerSec, time.Since(began).Round(100*time.Millisecond))
+		rep.Results = append(rep.Results, r)
+	}
+	return rep, nil
+}
+
+// open returns a *bun.DB with a pool of at most maxConns connections, and
+// checks that the server answers.
+func (b *bench) open(ctx context.Context, maxConns int) (*bun.DB, error) {
+	cfg, err := mysql.ParseDSN(b.dsn)
+	if err != nil {
+		return nil, fmt.Errorf("the DSN is not valid (--dsn or BUNQUEUE_MYSQL_DSN): %w", err)
+	}
+	if !cfg.ParseTime {
+		return nil, errors.New("the DSN must contain parseTime=true (and loc=UTC), as bunqueue needs")
+	}
+	sqldb, err := sql.Open("mysql", b.dsn)
+	if err != nil {
+		return nil, err
+	}
+	sqldb.SetMaxOpenConns(maxConns)
+	sqldb.SetMaxIdleConns(maxConns)
+	// Ping before mysqldialect.New, which logs its own complaint when the
+	// server does not answer.
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := sqldb.PingContext(pingCtx); err != nil {
+		_ = sqldb.Close()
+		return nil, fmt.Errorf("cannot reach the database %s at %s as %s (set --dsn or BUNQUEUE_MYSQL_DSN): %w", cfg.DBName, cfg.Addr, cfg.User, err)
+	}
+	return bun.NewDB(sqldb, mysqldialect.New()), nil
+}
+
+// window is what measure saw.
+type window struct {
+	rate   float64 // items per second during the window
+	end    int64   // the count at the end of the window
+	rssKiB int64   // the process RSS at the end of the window
+}
+
+// measure waits for the warm-up, then counts what done gains during the
+// measured window.
+func (b *bench) measure(ctx context.Context, done *atomic.Int64) (window, error) {
+	if err := sleep(ctx, b.warmup); err != nil {
+		return window{}, err
+	}
+	c0, t0 := done.Load(), time.Now()
+	if err := sleep(ctx, b.duration); err != nil {
+		return window{}, err
+	}
+	c1, t1 := done.Load(), time.Now()
+	return window{rate: float64(c1-c0) / t1.Sub(t0).Seconds(), end: c1, rssKiB: readRSS()}, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("interrupted: %w", ctx.Err())
+	}
+}
+
+// readRSS returns VmRSS from /proc/self/status in KiB, or 0 where there is
+// none.
+func readRSS() int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			fields := strings.Fields(rest) // "12345 kB"
+			if len(fields) > 0 {
+				n, _ := strconv.ParseInt(fields[0], 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+func printTable(w io.Writer, rep *report) {
+	fmt.Fprintf(w, "server %s, %s, %d CPUs, %s measured per scenario after %s warm-up, started %s\n\n",
+		rep.Server, rep.GoVersion, rep.NumCPU, time.Duration(rep.DurationS*float64(time.Second)),
+		time.Duration(rep.WarmupS*float64(time.Second)), rep.StartedUTC)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tconns\titems/s\t× ceiling\tp50 ms\tp95 ms\tp99 ms\tRSS MiB\t  note")
+	opt := func(v *float64, format string) string {
+		if v == nil {
+			return "-"
+		}
+		return fmt.Sprintf(format, *v)
+	}
+	for _, r := range rep.Results {
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%.1f\t  %s\n",
+			r.Scenario, r.Concurrency, r.ItemsPerSec, opt(r.Ratio, "%.2f"),
+			opt(r.P50ms, "%.2f"), opt(r.P95ms, "%.2f"), opt(r.P99ms, "%.2f"),
+			float64(r.RSSKiB)/1024, r.Note)
+	}
+	_ = tw.Flush()
+}

@@ -1,0 +1,115 @@
+// Command bunqueue is the command-line tool of bunqueue.
+//
+// Usage:
+//
+//	bunqueue <command> [flags]
+//
+// Commands:
+//
+//	bench   measure throughput and latency against a MySQL 8 / MariaDB server
+//	help    print this help
+//
+// Run "bunqueue <command> -h" for the flags of a command.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+)
+
+// Exit codes: 0 success, 1 a runtime error, 2 a usage error.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// defaultDSN is used when neither --dsn nor BUNQUEUE_MYSQL_DSN is set.
+const defaultDSN = "root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC"
+
+// command is one subcommand of the tool.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) int
+}
+
+func commands() []command {
+	return []command{
+		{"bench", "measure throughput and latency against a MySQL 8 / MariaDB server", runBench},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run dispatches args to a subcommand and returns the exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		usage(stdout)
+		return exitOK
+	}
+	for _, c := range commands() {
+		if c.name == args[0] {
+			return c.run(ctx, args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "bunqueue: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return exitUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: bunqueue <command> [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, "  %-8s %s\n", "help", "print this help")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, `Run "bunqueue <command> -h" for the flags of a command.`)
+}
+
+// parseFlags parses a subcommand's flags. It returns the exit code to
+// stop with, or -1 to go on.
+func parseFlags(fs *flag.FlagSet, args []string) int {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		fs.Usage()
+		return exitUsage
+	}
+	return -1
+}
+
+// dsnFrom returns the DSN of the --dsn flag, else BUNQUEUE_MYSQL_DSN, else
+// defaultDSN.
+func dsnFrom(flagValue string) string {
+	if flagValue != "" {
+		return flagValue
+	}
+	if v := os.Getenv("BUNQUEUE_MYSQL_DSN"); v != "" {
+		return v
+	}
+	return defaultDSN
+}
