@@ -14,11 +14,12 @@ import (
 // QueryHook returns a bun query hook that wakes this client's sleeping
 // workers when a statement run through the hooked DB may have put rows in
 // their queues, so that the rows need not wait for the poll interval.
-// Workers in other processes still find the rows by polling. Add
-// it to the *bun.DB the app writes through, before Start or before the DB
-// is in use (bun's AddQueryHook is not safe while queries run):
+// Workers in other processes still find the rows by polling. Give it to
+// the *bun.DB the app writes through:
 //
-//	db.AddQueryHook(client.QueryHook())
+//	appDB := db.WithQueryHook(client.QueryHook()) // a copy of db with the hook
+//
+// (bun's older AddQueryHook works too, but is not safe while queries run.)
 //
 // The hook watches INSERT, REPLACE and UPDATE statements (with IGNORE, ON
 // DUPLICATE KEY UPDATE, multi-table UPDATE; from query builders and raw SQL

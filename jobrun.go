@@ -270,7 +270,7 @@ func (c *Client) clean(ctx context.Context) {
 			err := c.db.NewRaw("SELECT id FROM bunqueue_jobs WHERE state = ? AND completed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY state, completed_at, id LIMIT 1000",
 				jobCompleted, c.cfg.Retention.Microseconds()).Scan(ctx, &ids)
 			if err == nil && len(ids) > 0 {
-				_, err = c.db.NewRaw("DELETE FROM bunqueue_jobs WHERE id IN (?) AND state = ?", bun.In(ids), jobCompleted).Exec(ctx)
+				_, err = c.db.NewRaw("DELETE FROM bunqueue_jobs WHERE id IN (?) AND state = ?", bun.List(ids), jobCompleted).Exec(ctx)
 			}
 			if err != nil {
 				if ctx.Err() == nil {

@@ -100,7 +100,7 @@ func (l *leaseRunner) claim(ctx context.Context, limit int, res *batchResult) ([
 	token := newToken()
 	if len(ids) > 0 {
 		if _, err := tx.NewRaw("UPDATE bunqueue_jobs SET attempts = attempts + 1, lease_token = ?, run_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE id IN (?)",
-			token, l.cfg.Lease.Microseconds(), bun.In(ids)).Exec(ctx); err != nil {
+			token, l.cfg.Lease.Microseconds(), bun.List(ids)).Exec(ctx); err != nil {
 			return nil, "", err
 		}
 	}
@@ -318,12 +318,12 @@ func (k *leaseKeeper) extend(ctx context.Context) {
 	db := k.l.c.db
 	still := ids
 	r, err := db.NewRaw("UPDATE bunqueue_jobs SET run_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE id IN (?) AND lease_token = ?",
-		lease.Microseconds(), bun.In(ids), k.token).Exec(hctx)
+		lease.Microseconds(), bun.List(ids), k.token).Exec(hctx)
 	if err == nil {
 		if n, _ := r.RowsAffected(); n < int64(len(ids)) {
 			// Some lease was taken over: find which.
 			still = nil
-			err = db.NewRaw("SELECT id FROM bunqueue_jobs WHERE id IN (?) AND lease_token = ?", bun.In(ids), k.token).Scan(hctx, &still)
+			err = db.NewRaw("SELECT id FROM bunqueue_jobs WHERE id IN (?) AND lease_token = ?", bun.List(ids), k.token).Scan(hctx, &still)
 		}
 	}
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {

@@ -233,9 +233,13 @@ func (q *Queue[T]) excludeCooling(sel *bun.SelectQuery, now time.Time) *bun.Sele
 		for i, k := range keys {
 			flat[i] = k[0]
 		}
-		return sel.Where("?TableAlias.? NOT IN (?)", bun.Ident(q.table.PKs[0].Name), bun.In(flat))
+		return sel.Where("?TableAlias.? NOT IN (?)", bun.Ident(q.table.PKs[0].Name), bun.List(flat))
 	}
-	return sel.Where("(?TablePKs) NOT IN (?)", bun.In(keys))
+	tuples := make([]bun.TupleValues, len(keys))
+	for i, k := range keys {
+		tuples[i] = bun.Tuple(k)
+	}
+	return sel.Where("(?TablePKs) NOT IN (?)", bun.List(tuples))
 }
 
 // startItemSpan starts the span of one claimed item.

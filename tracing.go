@@ -321,9 +321,6 @@ func TraceParent(ctx context.Context) string {
 	return carrier.Get("traceparent")
 }
 
-// attemptAttr is the attribute of a job's attempt number.
-func attemptAttr(n int) attribute.KeyValue { return AttrAttempt.Int(n) }
-
 // startSend starts the PRODUCER span of an Enqueue or EnqueueMany call.
 func (t *telemetry) startSend(ctx context.Context, jobs []EnqueueParams) (context.Context, trace.Span) {
 	queue := ""

@@ -70,12 +70,12 @@ func runDemo(ctx context.Context, db *bun.DB, baseURL string) error {
 	fmt.Println("\nin the database:")
 	var sentRows, jobsLeft int
 	if err := db.NewSelect().Model((*WelcomeSent)(nil)).
-		Where("user_id IN (?)", bun.In([]int64{ada.userID, grace.userID})).
+		Where("user_id IN (?)", bun.List([]int64{ada.userID, grace.userID})).
 		ColumnExpr("COUNT(*)").Scan(ctx, &sentRows); err != nil {
 		return err
 	}
 	if err := db.NewRaw("SELECT COUNT(*) FROM bunqueue_jobs WHERE id IN (?)",
-		bun.In([]int64{ada.jobID, grace.jobID})).Scan(ctx, &jobsLeft); err != nil {
+		bun.List([]int64{ada.jobID, grace.jobID})).Scan(ctx, &jobsLeft); err != nil {
 		return err
 	}
 	fmt.Printf("  example_signup_sent: %d rows, for users %d and %d\n", sentRows, ada.userID, grace.userID)
