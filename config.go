@@ -199,9 +199,7 @@ func (c *Config) withDefaults() Config {
 	if out.Logger == nil {
 		out.Logger = slog.Default()
 	}
-	if out.PollInterval == 0 {
-		out.PollInterval = PollIntervalDefault
-	}
+	orDefault(&out.PollInterval, PollIntervalDefault)
 	if out.Backoff == nil {
 		out.Backoff = DefaultBackoff
 	}
@@ -217,19 +215,19 @@ func (c *Config) withDefaults() Config {
 }
 
 func (q JobQueueConfig) withDefaults(c Config) JobQueueConfig {
-	if q.Workers == 0 {
-		q.Workers = WorkersDefault
-	}
-	if q.BatchSize == 0 {
-		q.BatchSize = BatchSizeDefault
-	}
-	if q.Lease == 0 {
-		q.Lease = LeaseDefault
-	}
-	if q.PollInterval == 0 {
-		q.PollInterval = c.PollInterval
-	}
+	orDefault(&q.Workers, WorkersDefault)
+	orDefault(&q.BatchSize, BatchSizeDefault)
+	orDefault(&q.Lease, LeaseDefault)
+	orDefault(&q.PollInterval, c.PollInterval)
 	return q
+}
+
+// orDefault sets *v to d if *v is the zero value.
+func orDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
 }
 
 func (c Config) validate() error {
@@ -278,18 +276,10 @@ func (c *QueueConfig[T]) withDefaults(client Config) QueueConfig[T] {
 	if c != nil {
 		out = *c
 	}
-	if out.Workers == 0 {
-		out.Workers = WorkersDefault
-	}
-	if out.BatchSize == 0 {
-		out.BatchSize = BatchSizeDefault
-	}
-	if out.PollInterval == 0 {
-		out.PollInterval = client.PollInterval
-	}
-	if out.Cooldown == 0 {
-		out.Cooldown = CooldownDefault
-	}
+	orDefault(&out.Workers, WorkersDefault)
+	orDefault(&out.BatchSize, BatchSizeDefault)
+	orDefault(&out.PollInterval, client.PollInterval)
+	orDefault(&out.Cooldown, CooldownDefault)
 	return out
 }
 
