@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,8 +94,10 @@ func (c *Client) Add(q AnyQueue) error {
 // refuses a server that does not skip locked rows (it proves this with two
 // connections, using a two-row table named bunqueue_probe that it creates
 // if missing), a queue whose table is missing or not InnoDB, and a
-// connection pool too small for the workers. ctx bounds these checks
-// only: the workers run until Stop.
+// connection pool too small for the workers. It explains each queue's
+// query and logs a warning, naming an index that would serve it, if the
+// plan scans or sorts (an error with Config.StrictQueryPlans). ctx bounds
+// these checks only: the workers run until Stop.
 func (c *Client) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -127,6 +131,9 @@ func (c *Client) Start(ctx context.Context) error {
 		if err := c.dialect.CheckTable(ctx, c.db, tableSchema(c.db, r.table), r.table.Name); err != nil {
 			return fmt.Errorf("bunqueue: queue %q: %w", r.name, err)
 		}
+		if err := c.checkKey(ctx, r); err != nil {
+			return err
+		}
 	}
 	if jobs {
 		for _, t := range []string{"bunqueue_jobs", "bunqueue_failed_jobs"} {
@@ -135,14 +142,19 @@ func (c *Client) Start(ctx context.Context) error {
 			}
 		}
 	}
+	if err := c.checkPlans(ctx, runners); err != nil {
+		return err
+	}
 	workCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.cancel = cancel
 	c.started = true
 	c.watching.Store(c.newWatch(runners))
 	for _, r := range runners {
+		f := newFeed(r)
+		c.workers.Add(1 + r.workers)
+		go c.fill(workCtx, f)
 		for range r.workers {
-			c.workers.Add(1)
-			go c.work(workCtx, r)
+			go c.work(workCtx, r, f)
 		}
 	}
 	if jobs && c.cfg.Retention > 0 {
@@ -212,37 +224,74 @@ type runner struct {
 	batch   int
 	poll    time.Duration
 	wake    chan struct{}
-	run     func(ctx context.Context, limit int) batchResult
-	depth   func(ctx context.Context, limit int) (int, error)
-	probe   func(ctx context.Context) (bool, error) // nil: claim at once
+	// fetch reads, without locking, the keys of up to limit waiting rows
+	// in the queue's order.
+	fetch func(ctx context.Context, limit int) ([]candidate, error)
+	// run claims those of keys that are still waiting and not locked (or,
+	// with keys nil, up to limit rows at the head of the queue) and
+	// processes them.
+	run   func(ctx context.Context, limit int, keys []candidate) batchResult
+	depth func(ctx context.Context, limit int) (int, error)
+	// explain returns fetch's read without its LIMIT, and the queue's
+	// table, for the plan check at Start.
+	explain func() (*bun.SelectQuery, *schema.Table)
+	// byPrimary, set by Start, tells run that the model's primary key is
+	// the table's, so that claims may force the PRIMARY index.
+	byPrimary *bool
 }
 
-// work is one worker: it claims batches while it finds rows, and waits for
-// the poll interval (or a wake-up) when the queue is empty.
-func (c *Client) work(ctx context.Context, r *runner) {
+// checkKey tells r whether its model's primary key is the table's own.
+// If it is not, claims by key cannot use the PRIMARY index: Start warns,
+// and they are left to the optimizer.
+func (c *Client) checkKey(ctx context.Context, r *runner) error {
+	if r.byPrimary == nil {
+		return nil
+	}
+	cols, err := c.dialect.PrimaryKey(ctx, c.db, tableSchema(c.db, r.table), r.table.Name)
+	if err != nil {
+		return fmt.Errorf("bunqueue: queue %q: %w", r.name, err)
+	}
+	model := make([]string, len(r.table.PKs))
+	for i, f := range r.table.PKs {
+		model[i] = f.Name
+	}
+	same := len(cols) == len(model)
+	for _, m := range model {
+		same = same && slices.ContainsFunc(cols, func(c string) bool { return strings.EqualFold(c, m) })
+	}
+	*r.byPrimary = same
+	if !same {
+		c.cfg.Logger.WarnContext(ctx, "bunqueue: the model's primary key is not the table's PRIMARY KEY; "+
+			"claims lock rows by the model's key, which needs a unique index on it",
+			"queue", r.name, "table", r.table.Name, "model_key", model, "primary_key", cols)
+	}
+	return nil
+}
+
+// work is one worker: it takes rows from the queue's feed and processes
+// them, a batch per transaction, until the client stops.
+func (c *Client) work(ctx context.Context, r *runner, f *feed) {
 	defer c.workers.Done()
 	ctx = workerContext(ctx, r) // its own writes do not wake its queue: see QueryHook
 	log := c.cfg.Logger.With("queue", r.name)
 	failures := 0
-	idle := false // the last wait ran out: look before opening a claim
 	for {
 		select {
 		case <-c.stopping:
 			return
 		default:
 		}
-		if idle && r.probe != nil {
-			// An idle queue costs one plain read per poll, and no claim
-			// transaction (nor its span).
-			if found, err := r.probe(ctx); err == nil && !found {
-				var stop bool
-				if idle, stop = c.wait(r, backoff.Between(r.poll*3/4, r.poll)); stop {
-					return
-				}
-				continue
+		keys, filled := f.take(r.batch)
+		if keys == nil {
+			select {
+			case <-c.stopping:
+				return
+			case <-filled:
 			}
+			continue
 		}
-		res := r.run(ctx, r.batch)
+		res := r.run(ctx, r.batch, keys)
+		f.finish(keys)
 		for _, err := range res.itemErrs {
 			level := slog.LevelError
 			if ie := (*ItemError)(nil); errors.As(err, &ie) && ie.Recorded && ie.Cooldown == 0 {
@@ -250,47 +299,27 @@ func (c *Client) work(ctx context.Context, r *runner) {
 			}
 			log.Log(ctx, level, "bunqueue: item failed", "error", err)
 		}
-		var wait time.Duration
 		switch {
 		case res.err != nil && ctx.Err() != nil:
 			return
 		case res.err != nil:
 			failures++
-			wait = backoff.Jitter(backoff.Exponential(failures, 100*time.Millisecond, max(r.poll, 5*time.Second)), 0.2)
+			wait := backoff.Jitter(backoff.Exponential(failures, 100*time.Millisecond, max(r.poll, 5*time.Second)), 0.2)
 			log.ErrorContext(ctx, "bunqueue: batch failed", "error", res.err, "retry_in", wait)
-		case res.claimed > 0:
-			failures, idle = 0, false
-			if res.claimed == r.batch {
-				r.poke() // there may be more: get a sleeping sibling going
+			t := time.NewTimer(wait)
+			select {
+			case <-c.stopping:
+				t.Stop()
+				return
+			case <-t.C:
 			}
-			continue
 		default:
 			failures = 0
-			wait = backoff.Between(r.poll*3/4, r.poll)
-		}
-		var stop bool
-		if idle, stop = c.wait(r, wait); stop {
-			return
 		}
 	}
 }
 
-// wait sleeps d, or until the queue is woken or the client stops. It
-// reports whether the full wait ran out, and whether to stop.
-func (c *Client) wait(r *runner, d time.Duration) (ranOut, stop bool) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-c.stopping:
-		return false, true
-	case <-r.wake:
-		return false, false
-	case <-t.C:
-		return true, false
-	}
-}
-
-// poke wakes one sleeping worker of the queue, if any is sleeping.
+// poke wakes the queue's feed if it is waiting for rows.
 func (r *runner) poke() {
 	select {
 	case r.wake <- struct{}{}:

@@ -144,6 +144,12 @@ type Config struct {
 	// a cleaner deletes them in batches by primary key. Zero (the
 	// default) deletes a job as it completes, in its worker's transaction.
 	Retention time.Duration
+
+	// StrictQueryPlans makes Start fail, instead of logging a warning,
+	// when the plan of a queue's query scans or sorts (a full table scan,
+	// a full index scan that filters, a filesort), or cannot be
+	// explained. Defaults to false: warn and start.
+	StrictQueryPlans bool
 }
 
 // QueueConfig configures a Queue. A nil *QueueConfig, and its zero value,

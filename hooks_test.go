@@ -17,20 +17,21 @@ import (
 )
 
 // The tests here poll every 10 s: a row processed well within a second
-// was woken by the hook. They count the workers' claims (their SELECT …
-// SKIP LOCKED) with a query hook on the client's DB, to tell a wake-up
-// that found nothing from no wake-up at all.
+// was woken by the hook. They count the reads of the queue's feed (the
+// plain SELECT tagged "bunqueue: read", which a wake-up triggers) with a
+// query hook on the client's DB, to tell a wake-up that found nothing from
+// no wake-up at all.
 
 const hookPoll = 10 * time.Second
 
-// claimCounter counts the claims that mention all of its words.
-type claimCounter struct {
+// readCounter counts the feed reads that mention all of its words.
+type readCounter struct {
 	words []string
 	n     atomic.Int64
 }
 
-func (c *claimCounter) BeforeQuery(ctx context.Context, e *bun.QueryEvent) context.Context {
-	if !strings.Contains(e.Query, "SKIP LOCKED") {
+func (c *readCounter) BeforeQuery(ctx context.Context, e *bun.QueryEvent) context.Context {
+	if !strings.Contains(e.Query, "bunqueue: read") {
 		return ctx
 	}
 	for _, w := range c.words {
@@ -42,19 +43,19 @@ func (c *claimCounter) BeforeQuery(ctx context.Context, e *bun.QueryEvent) conte
 	return ctx
 }
 
-func (*claimCounter) AfterQuery(context.Context, *bun.QueryEvent) {}
+func (*readCounter) AfterQuery(context.Context, *bun.QueryEvent) {}
 
-// settle waits until the workers made their first claims and went to
-// sleep, and returns the count.
-func (c *claimCounter) settle(t *testing.T, workers int) int64 {
+// settle waits until the feed made its first read and went to sleep, and
+// returns the count.
+func (c *readCounter) settle(t *testing.T) int64 {
 	t.Helper()
-	eventually(t, 5*time.Second, func() bool { return c.n.Load() >= int64(workers) }, "first claims")
+	eventually(t, 5*time.Second, func() bool { return c.n.Load() >= 1 }, "first read")
 	time.Sleep(200 * time.Millisecond)
 	return c.n.Load()
 }
 
-// idle waits until no claim was made for 150 ms.
-func (c *claimCounter) idle(t *testing.T) {
+// idle waits until no read was made for 150 ms.
+func (c *readCounter) idle(t *testing.T) {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Second)
 	for n := c.n.Load(); time.Now().Before(deadline); {
@@ -65,11 +66,11 @@ func (c *claimCounter) idle(t *testing.T) {
 		}
 		return
 	}
-	t.Fatal("the workers kept claiming")
+	t.Fatal("the feed kept reading")
 }
 
-// quiet checks that no claim is made for a while.
-func (c *claimCounter) quiet(t *testing.T, d time.Duration, msg string) {
+// quiet checks that no read is made for a while.
+func (c *readCounter) quiet(t *testing.T, d time.Duration, msg string) {
 	t.Helper()
 	before := c.n.Load()
 	time.Sleep(d)
@@ -77,7 +78,7 @@ func (c *claimCounter) quiet(t *testing.T, d time.Duration, msg string) {
 }
 
 // woke waits for the count to pass n, which it must do within a second.
-func (c *claimCounter) woke(t *testing.T, n int64, msg string) {
+func (c *readCounter) woke(t *testing.T, n int64, msg string) {
 	t.Helper()
 	eventually(t, time.Second, func() bool { return c.n.Load() > n }, "a worker woke: %s", msg)
 }
@@ -172,9 +173,9 @@ type hookFixture struct {
 	schema string // the connection's database
 	app    *bun.DB
 	hook   bun.QueryHook // the client's, added to app
-	claims *claimCounter
+	reads  *readCounter
 	done   doneTimes
-	base   int64 // claims once the workers slept
+	base   int64 // reads once the feed slept
 }
 
 // newHookFixture starts the fixture. With shared, the app writes through
@@ -186,9 +187,9 @@ func newHookFixture[T any, P interface {
 	t.Helper()
 	db := dbtest.Open(t, 0)
 	createTable(t, db, table, "id BIGINT AUTO_INCREMENT PRIMARY KEY, status VARCHAR(20) NOT NULL, INDEX (status, id)")
-	f := &hookFixture{table: table, claims: &claimCounter{words: []string{table}}}
+	f := &hookFixture{table: table, reads: &readCounter{words: []string{table}}}
 	require.NoError(t, db.NewRaw("SELECT DATABASE()").Scan(t.Context(), &f.schema))
-	db.AddQueryHook(f.claims)
+	db.AddQueryHook(f.reads)
 	q := bunqueue.NewQueue(table,
 		func(q *bun.SelectQuery) *bun.SelectQuery { return q.Where("status = 'waiting'").Order("id") },
 		func(ctx context.Context, tx bun.Tx, r *T) error {
@@ -209,7 +210,7 @@ func newHookFixture[T any, P interface {
 	f.hook = c.QueryHook()
 	f.app.AddQueryHook(f.hook) // before the DB is in use: bun's AddQueryHook is not synchronised
 	start(t, c)
-	f.base = f.claims.settle(t, workers)
+	f.base = f.reads.settle(t)
 	return f
 }
 
@@ -234,7 +235,7 @@ func TestHookWakesOnCommitNotBefore(t *testing.T) {
 		if _, err := tx.NewInsert().Model(row).Exec(ctx); err != nil {
 			return err
 		}
-		f.claims.quiet(t, 300*time.Millisecond, "the transaction is open")
+		f.reads.quiet(t, 300*time.Millisecond, "the transaction is open")
 		f.done.notYet(t, row.ID, "the transaction is open")
 		committing = time.Now()
 		return nil
@@ -256,8 +257,8 @@ func TestHookRollbackWakesNothing(t *testing.T) {
 		return errUndo
 	})
 	require.ErrorIs(t, err, errUndo)
-	f.claims.quiet(t, 300*time.Millisecond, "rolled back")
-	require.Equal(t, f.base, f.claims.n.Load())
+	f.reads.quiet(t, 300*time.Millisecond, "rolled back")
+	require.Equal(t, f.base, f.reads.n.Load())
 	require.Zero(t, count(t, f.app, "SELECT COUNT(*) FROM bq_test_hook_rollback"))
 
 	// The hook is not left confused: a later insert wakes at once.
@@ -281,8 +282,8 @@ func TestHookWakesOnNextCommitForAnotherContext(t *testing.T) {
 	row := &hookOtherCtxRow{hookCols: hookCols{Status: "waiting"}}
 	_, err = tx.NewInsert().Model(row).Exec(ctx) // ctx, not the transaction's
 	require.NoError(t, err)
-	f.claims.woke(t, f.base, "early wake")
-	f.claims.quiet(t, 300*time.Millisecond, "after the early wake")
+	f.reads.woke(t, f.base, "early wake")
+	f.reads.quiet(t, 300*time.Millisecond, "after the early wake")
 	f.done.notYet(t, row.ID, "the transaction is open")
 	committing := time.Now()
 	require.NoError(t, tx.Commit())
@@ -295,7 +296,7 @@ func TestHookWakesOnUpdateBackToWaiting(t *testing.T) {
 	ctx := t.Context()
 	// Rows that left the queue, written without the hook.
 	dbtest.Exec(t, dbtest.Open(t, 0), "INSERT INTO bq_test_hook_update (id, status) VALUES (1, 'done'), (2, 'done'), (3, 'done')")
-	f.claims.quiet(t, 100*time.Millisecond, "an unhooked insert")
+	f.reads.quiet(t, 100*time.Millisecond, "an unhooked insert")
 
 	since := time.Now()
 	_, err := f.app.NewUpdate().Model(&hookUpdateRow{hookCols: hookCols{ID: 1}}).Set("status = ?", "waiting").WherePK().Exec(ctx)
@@ -313,10 +314,10 @@ func TestHookWakesOnUpdateBackToWaiting(t *testing.T) {
 	f.done.within(t, 3, since, "INSERT … ON DUPLICATE KEY UPDATE")
 
 	// An UPDATE that changes nothing wakes nothing.
-	f.claims.idle(t)
+	f.reads.idle(t)
 	_, err = f.app.NewRaw("UPDATE bq_test_hook_update SET status = 'done' WHERE id = 3").Exec(ctx)
 	require.NoError(t, err)
-	f.claims.quiet(t, 300*time.Millisecond, "an UPDATE that changed no row")
+	f.reads.quiet(t, 300*time.Millisecond, "an UPDATE that changed no row")
 }
 
 func TestHookIgnoresOtherStatements(t *testing.T) {
@@ -324,8 +325,8 @@ func TestHookIgnoresOtherStatements(t *testing.T) {
 	f := newHookFixture[hookQuietRow](t, "bq_test_hook_quiet", 2, false)
 	ctx := t.Context()
 	createTable(t, f.app, "bq_test_hook_quiet2", "id BIGINT AUTO_INCREMENT PRIMARY KEY, status VARCHAR(20) NOT NULL")
-	f.claims.quiet(t, 100*time.Millisecond, "CREATE TABLE")
-	base := f.claims.n.Load()
+	f.reads.quiet(t, 100*time.Millisecond, "CREATE TABLE")
+	base := f.reads.n.Load()
 
 	_, err := f.app.NewInsert().Model(&struct {
 		bun.BaseModel `bun:"table:bq_test_hook_quiet2"`
@@ -347,13 +348,13 @@ func TestHookIgnoresOtherStatements(t *testing.T) {
 		_, err := tx.ExecContext(ctx, "UPDATE bq_test_hook_quiet2 SET status = 'other'")
 		return err
 	}))
-	f.claims.quiet(t, 300*time.Millisecond, "statements on other tables, reads, deletes")
-	require.Equal(t, base, f.claims.n.Load())
+	f.reads.quiet(t, 300*time.Millisecond, "statements on other tables, reads, deletes")
+	require.Equal(t, base, f.reads.n.Load())
 }
 
 // The workers' own writes (the handler taking the row out, through the
-// hooked DB) do not wake their own queue: the worker claims again after
-// its batch anyway.
+// hooked DB) do not wake their own queue: the feed reads again once its
+// workers took what it found anyway.
 func TestHookWorkerWritesDoNotWakeTheirQueue(t *testing.T) {
 	t.Parallel()
 	f := newHookFixture[hookSelfRow](t, "bq_test_hook_self", 2, true)
@@ -362,9 +363,9 @@ func TestHookWorkerWritesDoNotWakeTheirQueue(t *testing.T) {
 	_, err := f.app.NewInsert().Model(row).Exec(t.Context())
 	require.NoError(t, err)
 	f.done.within(t, row.ID, since, "insert")
-	eventually(t, time.Second, func() bool { return f.claims.n.Load() >= f.base+2 }, "the claim again after the batch")
-	f.claims.quiet(t, 300*time.Millisecond, "after the batch")
-	require.Equal(t, f.base+2, f.claims.n.Load(), "one claim found the row, one found nothing; the sibling slept on")
+	eventually(t, time.Second, func() bool { return f.reads.n.Load() >= f.base+2 }, "the read again once the row was taken")
+	f.reads.quiet(t, 300*time.Millisecond, "after the batch")
+	require.Equal(t, f.base+2, f.reads.n.Load(), "one read found the row, one found nothing; the feed slept on")
 }
 
 // The hook reads table names from the SQL text, whatever the shape of the
@@ -392,12 +393,12 @@ func TestHookParsesStatements(t *testing.T) {
 		"UPDATE other AS o, `" + db + "` . " + tbl + " SET status = 'waiting'",
 		"WITH x (id) AS (SELECT 1), y AS (SELECT 2) UPDATE " + tbl + " JOIN x USING (id) SET status = 'waiting'",
 	} {
-		n := f.claims.n.Load()
+		n := f.reads.n.Load()
 		run(&bun.QueryEvent{Query: q})
-		f.claims.woke(t, n, q)
-		eventually(t, time.Second, func() bool { return f.claims.n.Load() == n+1 }, q)
+		f.reads.woke(t, n, q)
+		eventually(t, time.Second, func() bool { return f.reads.n.Load() == n+1 }, q)
 	}
-	base := f.claims.n.Load()
+	base := f.reads.n.Load()
 	for _, q := range []string{
 		"SELECT * FROM " + tbl,
 		"DELETE FROM " + tbl,
@@ -418,8 +419,8 @@ func TestHookParsesStatements(t *testing.T) {
 		run(&bun.QueryEvent{Query: q})
 	}
 	run(&bun.QueryEvent{Query: "INSERT INTO " + tbl + " VALUES (1, 'waiting')", Err: errors.New("failed")})
-	f.claims.quiet(t, 300*time.Millisecond, "statements that do not write the table")
-	require.Equal(t, base, f.claims.n.Load())
+	f.reads.quiet(t, 300*time.Millisecond, "statements that do not write the table")
+	require.Equal(t, base, f.reads.n.Load())
 }
 
 type hookPing struct {
@@ -435,8 +436,8 @@ func TestHookWakesJobsWorkerOnEnqueue(t *testing.T) {
 			t.Parallel()
 			db := migrated(t, 0)
 			queue, other := jobQueue(t), jobQueue(t)
-			claims := &claimCounter{words: []string{"'" + queue + "'"}}
-			db.AddQueryHook(claims)
+			reads := &readCounter{words: []string{"'" + queue + "'"}}
+			db.AddQueryHook(reads)
 			c, err := bunqueue.NewClient(db, &bunqueue.Config{
 				PollInterval: hookPoll, Logger: testLogger(t),
 				JobQueues: map[string]bunqueue.JobQueueConfig{
@@ -455,34 +456,34 @@ func TestHookWakesJobsWorkerOnEnqueue(t *testing.T) {
 			app := db
 			app.AddQueryHook(c.QueryHook())
 			start(t, c)
-			claims.settle(t, 2)
+			reads.settle(t)
 
 			since := time.Now()
 			_, err = c.Enqueue(t.Context(), app, hookPing{N: 1}, &bunqueue.EnqueueOpts{Queue: queue})
 			require.NoError(t, err)
 			done.within(t, 1, since, "Enqueue through the hooked DB")
 
-			claims.idle(t)
+			reads.idle(t)
 			var committing time.Time
 			require.NoError(t, app.RunInTx(t.Context(), nil, func(ctx context.Context, tx bun.Tx) error {
 				if _, err := c.Enqueue(ctx, tx, hookPing{N: 2}, &bunqueue.EnqueueOpts{Queue: queue}); err != nil {
 					return err
 				}
-				claims.quiet(t, 300*time.Millisecond, "the transaction is open")
+				reads.quiet(t, 300*time.Millisecond, "the transaction is open")
 				committing = time.Now()
 				return nil
 			}))
 			done.within(t, 2, committing, "Enqueue in a committed transaction")
 
 			// A job for the other queue does not wake this one.
-			claims.idle(t)
-			before := claims.n.Load()
+			reads.idle(t)
+			before := reads.n.Load()
 			since = time.Now()
 			_, err = c.Enqueue(t.Context(), app, hookPing{N: 3}, &bunqueue.EnqueueOpts{Queue: other})
 			require.NoError(t, err)
 			done.within(t, 3, since, "Enqueue into the other queue")
 			time.Sleep(300 * time.Millisecond)
-			require.Equal(t, before, claims.n.Load(), "a job of another queue, and its processing, woke no worker of this one")
+			require.Equal(t, before, reads.n.Load(), "a job of another queue, and its processing, woke no worker of this one")
 		})
 	}
 }

@@ -32,9 +32,11 @@ type leaseRunner struct {
 	hooks hooks
 }
 
-// run leases up to limit jobs in a short transaction, then runs them one
-// after the other outside any transaction, keeping their leases alive.
-func (l *leaseRunner) run(ctx context.Context, limit int) batchResult {
+// run leases the jobs of keys that are still waiting and not locked (with
+// keys nil: up to limit jobs at the head of the queue) in a short
+// transaction, then runs them one after the other outside any
+// transaction, keeping their leases alive.
+func (l *leaseRunner) run(ctx context.Context, limit int, keys []candidate) batchResult {
 	var res batchResult
 	var rows []jobRow
 	var token string
@@ -44,7 +46,7 @@ func (l *leaseRunner) run(ctx context.Context, limit int) batchResult {
 		// Taken before the claim's UPDATE sets the leases from the database
 		// clock: they end no earlier than claimed + Lease.
 		claimed = time.Now()
-		rows, token, err = l.claim(ctx, limit, &res)
+		rows, token, err = l.claim(ctx, limit, keys, &res)
 		return err
 	})
 	l.c.tel.claimDuration.Record(ctx, time.Since(began).Seconds(), metric.WithAttributes(semconv.MessagingDestinationName(l.queue)))
@@ -70,14 +72,27 @@ func (l *leaseRunner) run(ctx context.Context, limit int) batchResult {
 
 // claim locks waiting jobs, moves those whose last attempt's lease expired
 // to the failed jobs, and leases the others with a fresh token.
-func (l *leaseRunner) claim(ctx context.Context, limit int, res *batchResult) ([]jobRow, string, error) {
+func (l *leaseRunner) claim(ctx context.Context, limit int, keys []candidate, res *batchResult) ([]jobRow, string, error) {
 	tx, err := l.c.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return nil, "", err
 	}
 	defer func() { _ = tx.Rollback() }()
 	var rows []jobRow
-	err = jobQuery(l.queue)(tx.NewSelect().Model(&rows)).Limit(int64(limit)).For(l.c.dialect.SkipLocked()).Scan(ctx)
+	sel := tx.NewSelect().Model(&rows)
+	if keys != nil {
+		// By primary key only: see Queue.tryBatch.
+		sel = sel.ModelTableExpr("?TableName AS ?TableAlias FORCE INDEX (PRIMARY)")
+	}
+	sel = jobQuery(l.queue)(sel).Limit(int64(limit))
+	if keys != nil {
+		ids := make([]any, len(keys))
+		for i, k := range keys {
+			ids[i] = k.vals[0]
+		}
+		sel = sel.Where("id IN (?)", bun.List(ids)).Limit(int64(len(keys)))
+	}
+	err = sel.For(l.c.dialect.SkipLocked()).Scan(ctx)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, "", err
 	}

@@ -260,44 +260,73 @@ func TestJobClaimQueryUsesIndex(t *testing.T) {
 	require.Equal(t, len(jobs), n)
 	dbtest.Exec(t, db, "ANALYZE TABLE bunqueue_jobs")
 
-	// Capture the claim statement of a queue with no jobs (so that its
-	// worker changes nothing), as the engine sends it.
+	// Capture the statements of a queue with one job, as the engine sends
+	// them: the feed's plain read of waiting ids, which walks the index,
+	// and the claim, which locks the ids it read by primary key.
 	probe := jobQueue(t)
 	hooked := openDSN(t, dsn, 0)
 	var log stmtLog
 	hooked.AddQueryHook(&log)
 	pc := jobsTestClient(t, hooked, bunqueue.Config{JobQueues: map[string]bunqueue.JobQueueConfig{probe: {BatchSize: 10}}})
+	ran := make(chan struct{}, 1)
 	require.NoError(t, bunqueue.AddWorker(pc, bunqueue.WorkerFunc[explainArgs](func(context.Context, bun.IDB, *bunqueue.Job[explainArgs]) error {
+		ran <- struct{}{}
 		return nil
 	})))
-	var claim string
+	_, err = pc.Enqueue(ctx, db, explainArgs{}, &bunqueue.EnqueueOpts{Queue: probe})
+	require.NoError(t, err)
+	var read, claim string
 	require.NoError(t, pc.Start(ctx))
+	<-ran
 	eventually(t, 10*time.Second, func() bool {
-		for _, s := range log.matching("SELECT ") {
-			if strings.Contains(s.head, "FOR UPDATE SKIP LOCKED") && strings.Contains(s.head, "'"+probe+"'") {
+		for _, s := range log.matching("") {
+			switch {
+			case !strings.Contains(s.head, "SELECT ") || !strings.Contains(s.head, "'"+probe+"'"):
+			case strings.Contains(s.head, "FOR UPDATE SKIP LOCKED"):
 				claim = s.head
+			case strings.Contains(s.head, "bunqueue: read"):
+				read = s.head
 			}
 		}
-		return claim != ""
-	}, "the engine claims from the probe queue")
+		return claim != "" && read != ""
+	}, "the engine reads and claims the probe queue")
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	require.NoError(t, pc.Stop(stopCtx))
+	t.Logf("read statement: %s", read)
 	t.Logf("claim statement: %s", claim)
-	for _, want := range []string{"bunqueue_jobs", "WHERE", "UTC_TIMESTAMP(6)", "ORDER BY", "LIMIT 10", "FOR UPDATE SKIP LOCKED"} {
+	for _, want := range []string{"bunqueue_jobs", "WHERE", "UTC_TIMESTAMP(6)", "ORDER BY", "LIMIT "} {
+		require.Contains(t, read, want)
+	}
+	require.NotContains(t, read, " FOR ")
+	for _, want := range []string{"bunqueue_jobs", "WHERE", "UTC_TIMESTAMP(6)", "`id` IN (", "FOR UPDATE SKIP LOCKED"} {
 		require.Contains(t, claim, want)
 	}
 
 	for _, q := range queues {
-		stmt := strings.ReplaceAll(claim, "'"+probe+"'", "'"+q+"'")
+		stmt := strings.ReplaceAll(read, "'"+probe+"'", "'"+q+"'")
 		plan := explain(t, db, stmt)
 		require.Len(t, plan, 1, "one table, no derived steps: %v", plan)
 		p := plan[0]
-		t.Logf("EXPLAIN for %s: %v", q, p)
-		require.Equal(t, "bunqueue_jobs_claim", p["key"], "the claim uses the claim index: %v", p)
+		t.Logf("EXPLAIN read for %s: %v", q, p)
+		require.Equal(t, "bunqueue_jobs_claim", p["key"], "the read uses the claim index: %v", p)
 		require.NotEqual(t, "ALL", p["type"], "no full scan: %v", p)
-		require.NotContains(t, p["Extra"], "filesort", "no filesort under FOR UPDATE: %v", p)
+		require.Contains(t, p["Extra"], "Using index", "the read needs only the index: %v", p)
+		require.NotContains(t, p["Extra"], "filesort", "no filesort: %v", p)
 		require.NotContains(t, p["Extra"], "temporary", "no temporary table: %v", p)
+	}
+	// The claim, for ten waiting jobs of each queue.
+	inList := regexp.MustCompile("`id` IN \\([0-9, ]+\\)")
+	require.Regexp(t, inList, claim)
+	for _, q := range queues {
+		var ids []string
+		require.NoError(t, db.NewRaw("SELECT id FROM bunqueue_jobs WHERE queue = ? AND state = 0 AND run_at <= UTC_TIMESTAMP(6) ORDER BY id DESC LIMIT 10", q).Scan(ctx, &ids))
+		require.Len(t, ids, 10)
+		stmt := inList.ReplaceAllLiteralString(strings.ReplaceAll(claim, "'"+probe+"'", "'"+q+"'"), "`id` IN ("+strings.Join(ids, ", ")+")")
+		plan := explain(t, db, stmt)
+		require.Len(t, plan, 1, "one table, no derived steps: %v", plan)
+		t.Logf("EXPLAIN claim for %s: %v", q, plan[0])
+		require.Equal(t, "PRIMARY", plan[0]["key"], "the claim locks rows by primary key: %v", plan[0])
 	}
 }
 

@@ -28,6 +28,15 @@ type QueryFunc func(q *bun.SelectQuery) *bun.SelectQuery
 // completion; returning an error (or panicking) undoes them.
 type HandlerFunc[T any] func(ctx context.Context, tx bun.Tx, item *T) error
 
+// BatchHandlerFunc processes the rows of one claimed batch together,
+// inside the transaction that holds their locks: for example with one
+// UPDATE … WHERE id IN (…) for all of them. It must change every row so
+// that it no longer matches the queue's query, as HandlerFunc must. If it
+// fails for a batch of several rows, its writes are undone (the locks are
+// kept) and it is called again for each row alone, each in its own
+// savepoint, so that one bad row fails alone and the others commit.
+type BatchHandlerFunc[T any] func(ctx context.Context, tx bun.Tx, items []T) error
+
 // Queue is a queue declared as a query over an existing bun model T: a row
 // that matches the query is in the queue. Create it with NewQueue and add
 // it to a Client.
@@ -35,6 +44,7 @@ type Queue[T any] struct {
 	name    string
 	query   QueryFunc
 	handler HandlerFunc[T]
+	batch   BatchHandlerFunc[T] // set by NewBatchQueue; handler calls it for one row
 	given   *QueueConfig[T]
 	trusted bool // the library's own handler: skip the leave-the-query re-check
 
@@ -52,6 +62,9 @@ type Queue[T any] struct {
 	table  *schema.Table
 	cool   *cooldown.Set
 	wake   chan struct{}
+	// byPrimary: the model's key is the table's PRIMARY KEY (set by
+	// Client.Start).
+	byPrimary bool
 }
 
 // AnyQueue is implemented by every *Queue[T], whatever its T, so that a
@@ -70,6 +83,23 @@ type AnyQueue interface {
 // declaration are reported by Client.Add.
 func NewQueue[T any](name string, query QueryFunc, handler HandlerFunc[T], cfg *QueueConfig[T]) *Queue[T] {
 	return &Queue[T]{name: name, query: query, handler: handler, given: cfg}
+}
+
+// NewBatchQueue declares a queue like NewQueue, with a handler that gets
+// each claimed batch (up to QueueConfig.BatchSize rows) at once. Lifecycle
+// hooks are called once per call of the handler, with WorkInfo.Keys
+// listing its rows.
+func NewBatchQueue[T any](name string, query QueryFunc, handler BatchHandlerFunc[T], cfg *QueueConfig[T]) *Queue[T] {
+	q := &Queue[T]{name: name, query: query, batch: handler, given: cfg}
+	if handler != nil {
+		q.handler = func(ctx context.Context, tx bun.Tx, item *T) error {
+			one := []T{*item}
+			err := handler(ctx, tx, one)
+			*item = one[0]
+			return err
+		}
+	}
+	return q
 }
 
 // Name returns the queue's name.
@@ -123,7 +153,7 @@ func (q *Queue[T]) ProcessNext(ctx context.Context) (bool, error) {
 	if q.client == nil {
 		return false, ErrNotAdded
 	}
-	res := q.runBatch(ctx, 1)
+	res := q.runBatch(ctx, 1, nil)
 	return res.claimed > 0, errors.Join(append(res.itemErrs, res.err)...)
 }
 
@@ -181,21 +211,23 @@ func (q *Queue[T]) attach(c *Client) error {
 	q.cfg = q.given.withDefaults(c.cfg)
 	q.table = table
 	q.cool = cooldown.New(q.cfg.Cooldown, max(q.cfg.Cooldown, CooldownMax), CooldownLimit)
-	q.wake = make(chan struct{}, q.cfg.Workers)
+	q.wake = make(chan struct{}, 1)
 	return nil
 }
 
 func (q *Queue[T]) runner() *runner {
 	return &runner{
-		name:    q.name,
-		table:   q.table,
-		workers: q.cfg.Workers,
-		batch:   q.cfg.BatchSize,
-		poll:    q.cfg.PollInterval,
-		wake:    q.wake,
-		run:     q.runBatch,
-		depth:   q.Count,
-		probe:   q.hasWaiting,
+		name:      q.name,
+		table:     q.table,
+		workers:   q.cfg.Workers,
+		batch:     q.cfg.BatchSize,
+		poll:      q.cfg.PollInterval,
+		wake:      q.wake,
+		fetch:     q.candidates,
+		byPrimary: &q.byPrimary,
+		run:       q.runBatch,
+		depth:     q.Count,
+		explain:   q.planRead,
 	}
 }
 
@@ -267,16 +299,49 @@ func (q *Queue[T]) failureOutcome(item *T, cause error) string {
 	return outcomeFailed
 }
 
+// batchInfo describes a batch to the lifecycle hooks.
+func (q *Queue[T]) batchInfo(items []T) *WorkInfo {
+	keys := make([]string, len(items))
+	for i := range items {
+		_, keys[i] = q.key(&items[i])
+	}
+	return &WorkInfo{Queue: q.name, Keys: keys}
+}
+
 // workInfo describes an item to the lifecycle hooks.
 func (q *Queue[T]) workInfo(item *T) *WorkInfo {
 	_, id := q.key(item)
 	return &WorkInfo{Queue: q.name, Key: id}
 }
 
-// hasWaiting reports, with a plain read that locks nothing, whether any
-// row matches the queue's query. An idle worker asks before it opens a
-// claim transaction, so that an idle queue costs one cheap query per poll
-// and makes no spans.
-func (q *Queue[T]) hasWaiting(ctx context.Context) (bool, error) {
-	return q.query(q.client.db.NewSelect().Model((*T)(nil))).Column(q.pkNames()...).Limit(1).Exists(ctx)
+// candidates reads, with a plain read that locks nothing, the keys of up
+// to limit rows that match the queue's query, in its order, leaving out
+// the rows this process is cooling down.
+func (q *Queue[T]) candidates(ctx context.Context, limit int) ([]candidate, error) {
+	rows := make([]T, 0, limit)
+	sel := q.query(q.client.db.NewSelect().Model(&rows).Comment(readComment(q.name))).Column(q.pkNames()...).Limit(int64(limit))
+	if err := q.excludeCooling(sel, time.Now()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("bunqueue: queue %q: read waiting rows: %w", q.name, err)
+	}
+	keys := make([]candidate, len(rows))
+	for i := range rows {
+		keys[i].vals, keys[i].id = q.key(&rows[i])
+	}
+	return keys, nil
+}
+
+// onlyKeys restricts a claim to the rows of keys.
+func (q *Queue[T]) onlyKeys(sel *bun.SelectQuery, keys []candidate) *bun.SelectQuery {
+	if len(q.table.PKs) == 1 {
+		flat := make([]any, len(keys))
+		for i, k := range keys {
+			flat[i] = k.vals[0]
+		}
+		return sel.Where("?TableAlias.? IN (?)", bun.Ident(q.table.PKs[0].Name), bun.List(flat))
+	}
+	tuples := make([]bun.TupleValues, len(keys))
+	for i, k := range keys {
+		tuples[i] = bun.Tuple(k.vals)
+	}
+	return sel.Where("(?TablePKs) IN (?)", bun.List(tuples))
 }

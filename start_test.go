@@ -191,3 +191,34 @@ func TestStartAndStopLifecycle(t *testing.T) {
 		require.NoError(t, c.Stop(t.Context()))
 	})
 }
+
+type otherKeyRow struct {
+	bun.BaseModel `bun:"table:bq_test_other_key"`
+	Code          string `bun:",pk"`
+	Status        string
+}
+
+// A model whose key is a unique column, not the table's PRIMARY KEY:
+// Start warns that claims cannot lock by the PRIMARY index, and the queue
+// works all the same.
+func TestModelKeyThatIsNotThePrimaryKey(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Open(t, 0)
+	createTable(t, db, "bq_test_other_key", "id BIGINT AUTO_INCREMENT PRIMARY KEY, code VARCHAR(20) NOT NULL UNIQUE, status VARCHAR(20) NOT NULL, INDEX (status, code)")
+	for i := range 50 {
+		dbtest.Exec(t, db, "INSERT INTO bq_test_other_key (code, status) VALUES ('c"+itoa(i)+"', 'waiting')")
+	}
+	q := bunqueue.NewQueue("other-key",
+		func(q *bun.SelectQuery) *bun.SelectQuery { return q.Where("status = 'waiting'").Order("code") },
+		func(ctx context.Context, tx bun.Tx, r *otherKeyRow) error {
+			_, err := tx.NewUpdate().Model(r).Set("status = 'done'").WherePK().Exec(ctx)
+			return err
+		}, &bunqueue.QueueConfig[otherKeyRow]{Workers: 4, BatchSize: 5})
+	c, log := planClient(t, db, bunqueue.Config{}, q)
+	start(t, c)
+	eventually(t, 10*time.Second, func() bool {
+		return count(t, db, "SELECT COUNT(*) FROM bq_test_other_key WHERE status = 'done'") == 50
+	}, "every row processed")
+	warnings, all := log.warnings(t, "other-key")
+	require.Contains(t, warnings, "bunqueue: the model's primary key is not the table's PRIMARY KEY; claims lock rows by the model's key, which needs a unique index on it", all)
+}

@@ -147,17 +147,20 @@ type itemSpan struct {
 	err     error
 }
 
-// startItem starts the span of one item. In a batch of one, by default,
-// the batch span is the item's span. Otherwise the item gets a span of its
+// startItem starts the span of one item. With n 0 (the rows of a batch
+// handler, processed together) or in a batch of one, by default, the
+// batch span is the item's span, linked to its creation context. Otherwise the item gets a span of its
 // own: a child of the batch span with a link to the item's creation
 // context, or, with Config.ParentProcessSpans, a child of that context.
 func (t *telemetry) startItem(ctx context.Context, batch trace.Span, queue string, n int, id string, creator context.Context, attrs ...attribute.KeyValue) *itemSpan {
 	attrs = append(attrs, semconv.MessagingMessageID(id))
 	created := trace.SpanContextFromContext(creator)
 	it := &itemSpan{queue: queue, began: time.Now()}
-	if n == 1 && !t.parent {
+	if n == 0 || n == 1 && !t.parent {
 		it.ctx, it.span = ctx, batch
-		batch.SetAttributes(attrs...)
+		if n == 1 {
+			batch.SetAttributes(attrs...)
+		}
 		if created.IsValid() {
 			batch.AddLink(trace.Link{SpanContext: created})
 		}

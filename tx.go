@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bunqueue/bunqueue/internal/backoff"
 )
@@ -28,13 +30,14 @@ type batchResult struct {
 	err      error   // what kept the batch from committing
 }
 
-// runBatch claims up to limit rows and processes them in one transaction,
-// retrying the whole transaction with jitter on deadlocks and lock wait
-// timeouts.
-func (q *Queue[T]) runBatch(ctx context.Context, limit int) batchResult {
+// runBatch claims the rows of keys that still wait and are not locked
+// (with keys nil: up to limit rows at the head of the queue) and processes
+// them in one transaction, retrying the whole transaction with jitter on
+// deadlocks and lock wait timeouts.
+func (q *Queue[T]) runBatch(ctx context.Context, limit int, keys []candidate) batchResult {
 	var res batchResult
 	_ = q.client.retry(ctx, func() error {
-		res = q.tryBatch(ctx, limit)
+		res = q.tryBatch(ctx, limit, keys)
 		return res.err
 	}, metric.WithAttributes(semconv.MessagingDestinationName(q.name)))
 	return res
@@ -67,7 +70,7 @@ const (
 	released                 // handler failed, nothing recorded: row goes back
 )
 
-func (q *Queue[T]) tryBatch(ctx context.Context, limit int) (res batchResult) {
+func (q *Queue[T]) tryBatch(ctx context.Context, limit int, keys []candidate) (res batchResult) {
 	tel := q.client.tel
 	ctx, batchSpan := tel.startBatch(ctx, q.name)
 	var spans []*itemSpan
@@ -97,9 +100,22 @@ func (q *Queue[T]) tryBatch(ctx context.Context, limit int) (res batchResult) {
 		}
 	}()
 
-	items := make([]T, 0, limit)
-	sel := q.query(tx.NewSelect().Model(&items)).Limit(int64(limit)).For(q.client.dialect.SkipLocked())
-	if err := q.excludeCooling(sel, time.Now()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	var sel *bun.SelectQuery
+	items := make([]T, 0, max(limit, len(keys)))
+	if keys != nil {
+		// Lock by primary key the rows the feed read, if they still match.
+		// FORCE INDEX: a claim that walked another index would lock, for
+		// a moment, rows that other workers are about to claim, and make
+		// them skip those.
+		sel = tx.NewSelect().Model(&items)
+		if q.byPrimary {
+			sel = sel.ModelTableExpr("?TableName AS ?TableAlias FORCE INDEX (PRIMARY)")
+		}
+		sel = q.onlyKeys(q.query(sel), keys).Limit(int64(len(keys)))
+	} else {
+		sel = q.excludeCooling(q.query(tx.NewSelect().Model(&items)).Limit(int64(limit)), time.Now())
+	}
+	if err := sel.For(q.client.dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		res.err = fmt.Errorf("bunqueue: queue %q: claim: %w", q.name, err)
 		return res
 	}
@@ -115,7 +131,17 @@ func (q *Queue[T]) tryBatch(ctx context.Context, limit int) (res batchResult) {
 	withSavepoints := len(items) > 1 || q.cfg.OnError != nil
 	outcomes := make([]outcome, len(items))
 	causes := make([]error, len(items))
+	whole := false // a batch handler took all the items at once
+	if q.batch != nil && len(items) > 1 {
+		whole, spans, res.err = q.runWhole(ctx, tx, batchSpan, items)
+		if res.err != nil {
+			return res
+		}
+	}
 	for i := range items {
+		if whole {
+			break
+		}
 		if withSavepoints {
 			if err := q.exec(ctx, tx, "SAVEPOINT", i); err != nil {
 				res.err = err
@@ -184,12 +210,21 @@ func (q *Queue[T]) tryBatch(ctx context.Context, limit int) (res batchResult) {
 		}
 	}
 	if firstBad >= 0 {
-		if withSavepoints {
+		switch {
+		case whole:
+			// The batch handler's writes cannot be told apart: undo them
+			// all; the other rows return to the queue too.
+			if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT bunqueue_batch"); err != nil {
+				res.err = fmt.Errorf("bunqueue: queue %q: ROLLBACK TO SAVEPOINT: %w", q.name, err)
+				return res
+			}
+			firstBad = 0
+		case withSavepoints:
 			if err := q.exec(ctx, tx, "ROLLBACK TO SAVEPOINT", firstBad); err != nil {
 				res.err = err
 				return res
 			}
-		} else {
+		default:
 			_ = tx.Rollback()
 			committed = true
 		}
@@ -240,6 +275,35 @@ func (q *Queue[T]) tryBatch(ctx context.Context, limit int) (res batchResult) {
 	}
 	res.done = len(succeededKeys)
 	return res
+}
+
+// runWhole calls the batch handler on all items, in a savepoint. It
+// reports whether they succeeded, with their spans (one process span for
+// the batch, linked to each item's creation context). After any other
+// failure it has rolled back to the savepoint, keeping the locks, so that
+// the items can run one by one; err is what must end the transaction.
+func (q *Queue[T]) runWhole(ctx context.Context, tx bun.Tx, batchSpan trace.Span, items []T) (bool, []*itemSpan, error) {
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT bunqueue_batch"); err != nil {
+		return false, nil, fmt.Errorf("bunqueue: queue %q: SAVEPOINT: %w", q.name, err)
+	}
+	spans := make([]*itemSpan, len(items))
+	for i := range items {
+		spans[i] = q.startItemSpan(ctx, batchSpan, &items[i], 0)
+	}
+	herr := q.hooks.run(ctx, func() *WorkInfo { return q.batchInfo(items) },
+		func() error { return q.batch(ctx, tx, items) })
+	switch {
+	case herr == nil:
+		return true, spans, nil
+	case q.client.dialect.Retryable(herr) || ctx.Err() != nil:
+		return false, nil, fmt.Errorf("bunqueue: queue %q: batch handler: %w", q.name, herr)
+	}
+	batchSpan.AddEvent("the batch handler failed: running its rows one by one",
+		trace.WithAttributes(semconv.ErrorTypeKey.String(errorType(herr)), attribute.String("exception.message", herr.Error())))
+	if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT bunqueue_batch"); err != nil {
+		return false, nil, fmt.Errorf("bunqueue: queue %q: ROLLBACK TO SAVEPOINT: %w", q.name, err)
+	}
+	return false, nil, nil
 }
 
 // stillQueued re-checks, with one query in tx, which of the items whose

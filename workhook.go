@@ -27,6 +27,9 @@ type WorkInfo struct {
 	Queue string
 	// Key names the row by its primary key, such as "id=42".
 	Key string
+	// Keys is set instead of Key when a batch handler (NewBatchQueue) is
+	// called for several rows at once: their keys, in order.
+	Keys []string
 	// JobID, Kind and Attempt are set for jobs of the jobs table.
 	JobID   int64
 	Kind    string

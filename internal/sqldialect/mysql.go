@@ -135,3 +135,30 @@ func (MySQL) CheckTable(ctx context.Context, db *bun.DB, schema, table string) e
 	}
 	return nil
 }
+
+// PrimaryKey implements Dialect.
+func (MySQL) PrimaryKey(ctx context.Context, db bun.IDB, schema, table string) ([]string, error) {
+	q := "SELECT COLUMN_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX"
+	args := []any{table}
+	if schema != "" {
+		q = strings.Replace(q, "DATABASE()", "?", 1)
+		args = []any{schema, table}
+	}
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("bunqueue: read the primary key of %s: %w", table, err)
+	}
+	defer rows.Close()
+	var cols []string
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			return nil, fmt.Errorf("bunqueue: read the primary key of %s: %w", table, err)
+		}
+		cols = append(cols, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("bunqueue: read the primary key of %s: %w", table, err)
+	}
+	return cols, nil
+}

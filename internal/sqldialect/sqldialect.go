@@ -24,6 +24,19 @@ type Dialect interface {
 	// CheckTable checks that the table exists and that its storage engine
 	// takes row locks. schema may be empty for the connection's database.
 	CheckTable(ctx context.Context, db *bun.DB, schema, table string) error
+	// PrimaryKey returns the columns of the table's primary key, in
+	// order; none when it has no primary key.
+	PrimaryKey(ctx context.Context, db bun.IDB, schema, table string) ([]string, error)
+	// Explain runs EXPLAIN on query, a SELECT, and returns its plan;
+	// Plan.Problems tells what in it scans or sorts.
+	Explain(ctx context.Context, db bun.IDB, query string) (Plan, error)
+	// SuggestIndex derives from query, a SELECT over table (alias in the
+	// query, in schema, empty for the connection's database) whose
+	// primary key is pks, an index that would serve it: the columns of
+	// the WHERE's equality conditions, then those of the ORDER BY, then
+	// the primary key; and finds an existing index that serves it as
+	// well. It reports false when it cannot derive the columns reliably.
+	SuggestIndex(ctx context.Context, db bun.IDB, query, schema, table, alias string, pks []string) (Index, bool, error)
 }
 
 // For returns the Dialect of db, or an error naming the unsupported one.

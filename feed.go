@@ -1,0 +1,168 @@
+package bunqueue
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/bunqueue/bunqueue/internal/backoff"
+)
+
+// candidate is the primary key of a row that a plain read found waiting.
+type candidate struct {
+	id   string // readable and unique: "id=7", or "a=1,b=2"
+	vals []any  // the key's values, in primary key order
+}
+
+// A feed hands the rows of one queue to its workers in this process.
+//
+// Claiming at the head of the queue's index is what limits a SKIP LOCKED
+// queue: every claimer reads past the rows the others hold, and 16 claimers
+// on one index head were slower than 4. So one goroutine per queue (fill)
+// reads the primary keys of the next waiting rows with a plain read that
+// locks nothing, and each worker locks the rows it takes by primary key,
+// re-checking the queue's query under the lock. A row the read found but
+// another process took meanwhile is skipped by that claim; one that left
+// the queue no longer matches. Rows taken by this process's workers and
+// not finished are busy: a later read that finds them again does not hand
+// them out twice.
+type feed struct {
+	r      *runner
+	window int // how many new rows one read tries to find
+
+	mu     sync.Mutex
+	ready  []candidate         // read, not yet taken
+	busy   map[string]struct{} // ready or taken, not yet finished
+	filled chan struct{}       // closed when ready gets rows; then replaced
+	low    chan struct{}       // cap 1: a worker found ready short: read again
+}
+
+// readComment tags a feed's read, so that it can be told apart in the
+// server's process list and slow log.
+func readComment(queue string) string { return "bunqueue: read " + queue }
+
+func newFeed(r *runner) *feed {
+	return &feed{
+		r:      r,
+		window: 2 * r.workers * r.batch,
+		busy:   map[string]struct{}{},
+		filled: make(chan struct{}),
+		low:    make(chan struct{}, 1),
+	}
+}
+
+// take removes up to n rows from ready and returns them; if ready had none
+// it returns a channel that is closed when it has. It asks fill to read
+// again when fewer than one round of batches is left.
+func (f *feed) take(n int) ([]candidate, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := min(n, len(f.ready))
+	got := f.ready[:k:k]
+	f.ready = f.ready[k:]
+	if len(f.ready) < f.r.workers*f.r.batch {
+		select {
+		case f.low <- struct{}{}:
+		default:
+		}
+	}
+	if k == 0 {
+		return nil, f.filled
+	}
+	return got, nil
+}
+
+// finish marks rows no longer busy: a later read may hand them out again.
+func (f *feed) finish(keys []candidate) {
+	f.mu.Lock()
+	for _, k := range keys {
+		delete(f.busy, k.id)
+	}
+	f.mu.Unlock()
+}
+
+// add appends the rows of a read that are not busy to ready, and reports
+// how many it added.
+func (f *feed) add(found []candidate) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, k := range found {
+		if _, ok := f.busy[k.id]; ok {
+			continue
+		}
+		f.busy[k.id] = struct{}{}
+		f.ready = append(f.ready, k)
+		n++
+	}
+	if n > 0 {
+		close(f.filled)
+		f.filled = make(chan struct{})
+	}
+	return n
+}
+
+// limit is how many keys the next read asks for: enough to get past the
+// busy rows, which it may find again, to window new ones.
+func (f *feed) limit() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.busy) + f.window
+}
+
+// fill reads waiting rows into ready whenever the workers run short, and
+// otherwise (nothing new found) waits for the poll interval or a wake-up.
+// It is the only goroutine that reads the queue, so an idle queue costs
+// one plain read per poll interval, and no claim transaction or span.
+func (c *Client) fill(ctx context.Context, f *feed) {
+	defer c.workers.Done()
+	r := f.r
+	log := c.cfg.Logger.With("queue", r.name)
+	failures := 0
+	for {
+		select {
+		case <-c.stopping:
+			return
+		default:
+		}
+		found, err := r.fetch(ctx, f.limit())
+		var wait time.Duration
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return
+		case err != nil:
+			failures++
+			wait = backoff.Jitter(backoff.Exponential(failures, 100*time.Millisecond, max(r.poll, 5*time.Second)), 0.2)
+			log.ErrorContext(ctx, "bunqueue: reading the queue failed", "error", err, "retry_in", wait)
+		case f.add(found) > 0:
+			failures = 0
+			// Wait until the workers run short of rows.
+			select {
+			case <-c.stopping:
+				return
+			case <-f.low:
+			}
+			continue
+		default:
+			failures = 0
+			wait = backoff.Between(r.poll*3/4, r.poll)
+		}
+		// Nothing new: rows come back at a wake-up (a commit in this
+		// process) or are found at the next poll.
+		t := time.NewTimer(wait)
+		select {
+		case <-c.stopping:
+			t.Stop()
+			return
+		case <-r.wake:
+		case <-t.C:
+		}
+		t.Stop()
+		// Requests that came while nothing was there are answered by
+		// this read.
+		select {
+		case <-f.low:
+		default:
+		}
+	}
+}
