@@ -218,12 +218,13 @@ func (c *Client) Stop(ctx context.Context) error {
 
 // runner is what a worker needs of a queue, whatever its row type.
 type runner struct {
-	name    string
-	table   *schema.Table
-	workers int
-	batch   int
-	poll    time.Duration
-	wake    chan struct{}
+	name      string
+	table     *schema.Table
+	workers   int
+	batch     int  // the most rows per transaction
+	selfSized bool // batches grow and shrink by how long they take
+	poll      time.Duration
+	wake      chan struct{}
 	// fetch reads, without locking, the keys of up to limit waiting rows
 	// in the queue's order.
 	fetch func(ctx context.Context, limit int) ([]candidate, error)
@@ -275,13 +276,17 @@ func (c *Client) work(ctx context.Context, r *runner, f *feed) {
 	ctx = workerContext(ctx, r) // its own writes do not wake its queue: see QueryHook
 	log := c.cfg.Logger.With("queue", r.name)
 	failures := 0
+	size := r.batch
+	if r.selfSized {
+		size = 1
+	}
 	for {
 		select {
 		case <-c.stopping:
 			return
 		default:
 		}
-		keys, filled := f.take(r.batch)
+		keys, filled := f.take(size)
 		if keys == nil {
 			select {
 			case <-c.stopping:
@@ -290,8 +295,12 @@ func (c *Client) work(ctx context.Context, r *runner, f *feed) {
 			}
 			continue
 		}
+		began := time.Now()
 		res := r.run(ctx, r.batch, keys)
 		f.finish(keys)
+		if r.selfSized && res.err == nil {
+			size = resize(size, len(keys), time.Since(began), r.batch)
+		}
 		for _, err := range res.itemErrs {
 			level := slog.LevelError
 			if ie := (*ItemError)(nil); errors.As(err, &ie) && ie.Recorded && ie.Cooldown == 0 {
@@ -317,6 +326,19 @@ func (c *Client) work(ctx context.Context, r *runner, f *feed) {
 			failures = 0
 		}
 	}
+}
+
+// resize returns the next size of a self-sized batch, after a batch of n
+// rows (of size asked) took took: double a full batch that took less than
+// half of BatchTarget, halve one that took longer than BatchTarget.
+func resize(size, n int, took time.Duration, most int) int {
+	switch {
+	case took > BatchTarget:
+		return max(size/2, 1)
+	case n == size && took < BatchTarget/2:
+		return min(size*2, most)
+	}
+	return size
 }
 
 // poke wakes the queue's feed if it is waiting for rows.

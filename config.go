@@ -18,8 +18,16 @@ import (
 const (
 	// WorkersDefault is the number of worker goroutines per queue.
 	WorkersDefault = 1
-	// BatchSizeDefault is how many rows one transaction claims.
-	BatchSizeDefault = 1
+	// BatchSizeDefault is the most rows one transaction claims when
+	// BatchSize is left zero. Such a queue sizes its batches itself: each
+	// worker starts with one row per transaction, doubles its batch while
+	// a batch takes less than BatchTarget/2, and halves it when one takes
+	// longer than BatchTarget. Fast handlers get large batches under a
+	// backlog; slow ones run one per transaction.
+	BatchSizeDefault = 50
+	// BatchTarget is how long a self-sized batch (BatchSize left zero)
+	// should take at most, claim to commit.
+	BatchTarget = 50 * time.Millisecond
 	// PollIntervalDefault is how long an idle worker waits before it looks
 	// for work again. Each wait is drawn from [¾·PollInterval, PollInterval].
 	PollIntervalDefault = time.Second
@@ -66,10 +74,11 @@ type JobQueueConfig struct {
 	// Workers is the number of goroutines running this queue's jobs in
 	// this process. Defaults to WorkersDefault.
 	Workers int
-	// BatchSize is how many jobs one claim takes. In lock mode they run in
+	// BatchSize is the most jobs one claim takes. In lock mode they run in
 	// one transaction, each in its own savepoint; in lease mode they are
-	// leased together and run one after the other. Defaults to
-	// BatchSizeDefault.
+	// leased together and run one after the other. Zero (the default)
+	// sizes batches by how long they take, up to BatchSizeDefault: see
+	// BatchTarget.
 	BatchSize int
 	// Mode is ModeLock (the default) or ModeLease.
 	Mode JobMode
@@ -90,6 +99,8 @@ type JobQueueConfig struct {
 	// after the client's: values that implement HookWorkBegin,
 	// HookWorkEnd or both.
 	Hooks []any
+
+	selfSized bool // BatchSize was left zero
 }
 
 // Config configures a Client. A nil *Config, and its zero value, mean
@@ -163,7 +174,10 @@ type QueueConfig[T any] struct {
 	// BatchSize is the most rows one transaction locks and processes. With
 	// more than one (or with OnError set), each row runs in its own
 	// SAVEPOINT, so a failing row does not undo the others, and the batch
-	// commits once. Defaults to BatchSizeDefault.
+	// commits once. Zero (the default) sizes batches by how long they
+	// take, up to BatchSizeDefault: see BatchTarget. When fewer rows wait
+	// than the workers could take, they are shared out, not taken by the
+	// first worker.
 	BatchSize int
 
 	// PollInterval is how long an idle worker waits before it looks again.
@@ -195,6 +209,8 @@ type QueueConfig[T any] struct {
 	// batch. If OnError is nil or returns an error, its writes are undone
 	// too, the row stays in the queue, and this process cools it down.
 	OnError func(ctx context.Context, tx bun.Tx, item *T, err error) error
+
+	selfSized bool // BatchSize was left zero
 }
 
 func (c *Config) withDefaults() Config {
@@ -222,6 +238,7 @@ func (c *Config) withDefaults() Config {
 
 func (q JobQueueConfig) withDefaults(c Config) JobQueueConfig {
 	orDefault(&q.Workers, WorkersDefault)
+	q.selfSized = q.selfSized || q.BatchSize == 0
 	orDefault(&q.BatchSize, BatchSizeDefault)
 	orDefault(&q.Lease, LeaseDefault)
 	orDefault(&q.PollInterval, c.PollInterval)
@@ -283,6 +300,7 @@ func (c *QueueConfig[T]) withDefaults(client Config) QueueConfig[T] {
 		out = *c
 	}
 	orDefault(&out.Workers, WorkersDefault)
+	out.selfSized = out.BatchSize == 0
 	orDefault(&out.BatchSize, BatchSizeDefault)
 	orDefault(&out.PollInterval, client.PollInterval)
 	orDefault(&out.Cooldown, CooldownDefault)

@@ -51,13 +51,15 @@ func newFeed(r *runner) *feed {
 	}
 }
 
-// take removes up to n rows from ready and returns them; if ready had none
-// it returns a channel that is closed when it has. It asks fill to read
-// again when fewer than one round of batches is left.
+// take removes up to n rows from ready, at most a fair share of them for
+// each worker, and returns them; if ready had none it returns a channel
+// that is closed when it has. It asks fill to read again when fewer than
+// one round of batches is left.
 func (f *feed) take(n int) ([]candidate, <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	k := min(n, len(f.ready))
+	share := (len(f.ready) + f.r.workers - 1) / f.r.workers
+	k := min(n, share)
 	got := f.ready[:k:k]
 	f.ready = f.ready[k:]
 	if len(f.ready) < f.r.workers*f.r.batch {

@@ -36,20 +36,20 @@ func (c *Client) jobRunners() []*runner {
 			panic(err) // validated by NewClient
 		}
 		if qc.Mode == ModeLease {
-			l := &leaseRunner{c: c, queue: name, cfg: qc, hooks: h}
+			l := &leaseRunner{c: c, queue: name, cfg: qc, hooks: h, jobs: jobsQueue(c, name, leaseHandler, nil)}
 			runners = append(runners, &runner{
-				name: name, workers: qc.Workers, batch: qc.BatchSize, poll: qc.PollInterval,
+				name: name, workers: qc.Workers, batch: qc.BatchSize, selfSized: qc.selfSized, poll: qc.PollInterval,
 				wake: make(chan struct{}, 1), fetch: c.jobCandidates(name), run: l.run, depth: c.jobDepth(name),
 				explain: c.jobPlanRead(name),
 			})
 			continue
 		}
-		q := NewQueue(name, jobQuery(name),
+		q := jobsQueue(c, name,
 			func(ctx context.Context, tx bun.Tx, row *jobRow) error {
 				return c.runLocked(ctx, tx, row, qc.Timeout, h)
 			},
 			&QueueConfig[jobRow]{
-				Workers: qc.Workers, BatchSize: qc.BatchSize, PollInterval: qc.PollInterval,
+				Workers: qc.Workers, BatchSize: batchSize(qc), PollInterval: qc.PollInterval,
 				OnError: func(ctx context.Context, tx bun.Tx, row *jobRow, cause error) error {
 					_, err := c.failJob(ctx, tx, row, row.Attempts+1, cause, "")
 					return err
@@ -61,13 +61,36 @@ func (c *Client) jobRunners() []*runner {
 			return []attribute.KeyValue{AttrKind.String(row.Kind), AttrAttempt.Int(row.Attempts + 1)}
 		}
 		q.outcomeF = func(row *jobRow, cause error) string { return failOutcome(cause, row.Attempts+1, row.MaxAttempts) }
-		if err := q.attach(c); err != nil {
-			panic(err) // the declaration above is valid by construction
-		}
 		q.hooks = hooks{} // runLocked calls them around the worker, not its completion
 		runners = append(runners, q.runner())
 	}
 	return runners
+}
+
+// jobsQueue returns a queue over the jobs table for the jobs queue name,
+// attached to c. Its claims lock jobs by their primary key.
+func jobsQueue(c *Client, name string, handler HandlerFunc[jobRow], cfg *QueueConfig[jobRow]) *Queue[jobRow] {
+	q := NewQueue(name, jobQuery(name), handler, cfg)
+	if err := q.attach(c); err != nil {
+		panic(err) // the declaration is valid by construction
+	}
+	q.byPrimary = true
+	return q
+}
+
+// leaseHandler stands in the handler of a lease-mode queue, which only
+// claims: its jobs run outside the claim transaction.
+func leaseHandler(context.Context, bun.Tx, *jobRow) error {
+	return errors.New("bunqueue: a lease-mode job ran in its claim transaction")
+}
+
+// batchSize is the BatchSize of a lock-mode queue's QueueConfig: zero,
+// again, if the jobs queue sizes its batches itself.
+func batchSize(qc JobQueueConfig) int {
+	if qc.selfSized {
+		return 0
+	}
+	return qc.BatchSize
 }
 
 // jobDepth counts the jobs of a queue that are due and not locked.

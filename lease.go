@@ -27,6 +27,7 @@ var errLeaseExpired = errors.New("bunqueue: the lease of the job's last attempt 
 // leaseRunner runs one jobs queue in lease mode.
 type leaseRunner struct {
 	c     *Client
+	jobs  *Queue[jobRow] // its claims: a queue over the jobs table
 	queue string
 	cfg   JobQueueConfig
 	hooks hooks
@@ -78,22 +79,8 @@ func (l *leaseRunner) claim(ctx context.Context, limit int, keys []candidate, re
 		return nil, "", err
 	}
 	defer func() { _ = tx.Rollback() }()
-	var rows []jobRow
-	sel := tx.NewSelect().Model(&rows)
-	if keys != nil {
-		// By primary key only: see Queue.tryBatch.
-		sel = sel.ModelTableExpr("?TableName AS ?TableAlias FORCE INDEX (PRIMARY)")
-	}
-	sel = jobQuery(l.queue)(sel).Limit(int64(limit))
-	if keys != nil {
-		ids := make([]any, len(keys))
-		for i, k := range keys {
-			ids[i] = k.vals[0]
-		}
-		sel = sel.Where("id IN (?)", bun.List(ids)).Limit(int64(len(keys)))
-	}
-	err = sel.For(l.c.dialect.SkipLocked()).Scan(ctx)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+	rows, err := l.jobs.claim(ctx, tx, limit, keys)
+	if err != nil {
 		return nil, "", err
 	}
 	res.claimed = len(rows)

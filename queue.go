@@ -221,6 +221,7 @@ func (q *Queue[T]) runner() *runner {
 		table:     q.table,
 		workers:   q.cfg.Workers,
 		batch:     q.cfg.BatchSize,
+		selfSized: q.cfg.selfSized,
 		poll:      q.cfg.PollInterval,
 		wake:      q.wake,
 		fetch:     q.candidates,
@@ -260,18 +261,11 @@ func (q *Queue[T]) excludeCooling(sel *bun.SelectQuery, now time.Time) *bun.Sele
 	if len(keys) == 0 {
 		return sel
 	}
-	if len(q.table.PKs) == 1 {
-		flat := make([]any, len(keys))
-		for i, k := range keys {
-			flat[i] = k[0]
-		}
-		return sel.Where("?TableAlias.? NOT IN (?)", bun.Ident(q.table.PKs[0].Name), bun.List(flat))
-	}
-	tuples := make([]bun.TupleValues, len(keys))
+	cs := make([]candidate, len(keys))
 	for i, k := range keys {
-		tuples[i] = bun.Tuple(k)
+		cs[i].vals = k
 	}
-	return sel.Where("(?TablePKs) NOT IN (?)", bun.List(tuples))
+	return q.exceptKeys(sel, cs)
 }
 
 // startItemSpan starts the span of one claimed item.
@@ -332,16 +326,25 @@ func (q *Queue[T]) candidates(ctx context.Context, limit int) ([]candidate, erro
 
 // onlyKeys restricts a claim to the rows of keys.
 func (q *Queue[T]) onlyKeys(sel *bun.SelectQuery, keys []candidate) *bun.SelectQuery {
+	return q.whereKeys(sel, "IN", keys)
+}
+
+// exceptKeys leaves the rows of keys out of a claim.
+func (q *Queue[T]) exceptKeys(sel *bun.SelectQuery, keys []candidate) *bun.SelectQuery {
+	return q.whereKeys(sel, "NOT IN", keys)
+}
+
+func (q *Queue[T]) whereKeys(sel *bun.SelectQuery, op string, keys []candidate) *bun.SelectQuery {
 	if len(q.table.PKs) == 1 {
 		flat := make([]any, len(keys))
 		for i, k := range keys {
 			flat[i] = k.vals[0]
 		}
-		return sel.Where("?TableAlias.? IN (?)", bun.Ident(q.table.PKs[0].Name), bun.List(flat))
+		return sel.Where("?TableAlias.? "+op+" (?)", bun.Ident(q.table.PKs[0].Name), bun.List(flat))
 	}
 	tuples := make([]bun.TupleValues, len(keys))
 	for i, k := range keys {
 		tuples[i] = bun.Tuple(k.vals)
 	}
-	return sel.Where("(?TablePKs) IN (?)", bun.List(tuples))
+	return sel.Where("(?TablePKs) "+op+" (?)", bun.List(tuples))
 }

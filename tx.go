@@ -100,22 +100,8 @@ func (q *Queue[T]) tryBatch(ctx context.Context, limit int, keys []candidate) (r
 		}
 	}()
 
-	var sel *bun.SelectQuery
-	items := make([]T, 0, max(limit, len(keys)))
-	if keys != nil {
-		// Lock by primary key the rows the feed read, if they still match.
-		// FORCE INDEX: a claim that walked another index would lock, for
-		// a moment, rows that other workers are about to claim, and make
-		// them skip those.
-		sel = tx.NewSelect().Model(&items)
-		if q.byPrimary {
-			sel = sel.ModelTableExpr("?TableName AS ?TableAlias FORCE INDEX (PRIMARY)")
-		}
-		sel = q.onlyKeys(q.query(sel), keys).Limit(int64(len(keys)))
-	} else {
-		sel = q.excludeCooling(q.query(tx.NewSelect().Model(&items)).Limit(int64(limit)), time.Now())
-	}
-	if err := sel.For(q.client.dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	items, err := q.claim(ctx, tx, limit, keys)
+	if err != nil {
 		res.err = fmt.Errorf("bunqueue: queue %q: claim: %w", q.name, err)
 		return res
 	}
@@ -304,6 +290,47 @@ func (q *Queue[T]) runWhole(ctx context.Context, tx bun.Tx, batchSpan trace.Span
 		return false, nil, fmt.Errorf("bunqueue: queue %q: ROLLBACK TO SAVEPOINT: %w", q.name, err)
 	}
 	return false, nil, nil
+}
+
+// claim locks the rows of keys that still match the queue's query,
+// skipping locked ones. When some are gone (another process took them
+// between the feed's read and now) it tops the batch up from the head of
+// the queue, so that workers of several processes reading the same rows
+// do not come away empty. With keys nil it claims up to limit rows at the
+// head of the queue.
+func (q *Queue[T]) claim(ctx context.Context, tx bun.Tx, limit int, keys []candidate) ([]T, error) {
+	items := make([]T, 0, max(limit, len(keys)))
+	if keys != nil {
+		// FORCE INDEX: a claim that walked another index would lock, for
+		// a moment, rows that other workers are about to claim, and make
+		// them skip those.
+		sel := tx.NewSelect().Model(&items)
+		if q.byPrimary {
+			sel = sel.ModelTableExpr("?TableName AS ?TableAlias FORCE INDEX (PRIMARY)")
+		}
+		sel = q.onlyKeys(q.query(sel), keys).Limit(int64(len(keys)))
+		if err := sel.For(q.client.dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return nil, err
+		}
+		if len(items) == len(keys) {
+			return items, nil
+		}
+		limit = len(keys) - len(items)
+	}
+	more := make([]T, 0, limit)
+	sel := q.excludeCooling(q.query(tx.NewSelect().Model(&more)).Limit(int64(limit)), time.Now())
+	if len(items) > 0 {
+		// Rows this transaction holds are not skipped: leave them out.
+		got := make([]candidate, len(items))
+		for i := range items {
+			got[i].vals, got[i].id = q.key(&items[i])
+		}
+		sel = q.exceptKeys(sel, got)
+	}
+	if err := sel.For(q.client.dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, err
+	}
+	return append(items, more...), nil
 }
 
 // stillQueued re-checks, with one query in tx, which of the items whose
