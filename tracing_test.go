@@ -715,6 +715,52 @@ func TestTracingBatchSpans(t *testing.T) {
 	require.Equal(t, int64(5), handled.Load(), "each item handled once")
 }
 
+type traceBatchFnItem struct {
+	bun.BaseModel `bun:"table:bq_test_trace_batchfn"`
+	TracedRow
+}
+
+// A batch handler's call is one process span, linked to every row's
+// creation context, with no span per row; the metrics count every row.
+func TestTracingBatchHandler(t *testing.T) {
+	t.Parallel()
+	db := dbtest.Open(t, 0)
+	createTable(t, db, "bq_test_trace_batchfn", tracedColumns)
+	name := dbtest.Name("batchfn")
+	tel := newTelBundle(t)
+	q := bunqueue.NewBatchQueue(name,
+		func(q *bun.SelectQuery) *bun.SelectQuery {
+			return q.Where("queue = ?", name).Where("status = 'waiting'").Order("id")
+		},
+		func(ctx context.Context, tx bun.Tx, items []traceBatchFnItem) error {
+			ids := make([]int64, len(items))
+			for i, it := range items {
+				ids[i] = it.ID
+			}
+			_, err := tx.NewUpdate().Model((*traceBatchFnItem)(nil)).Set("status = 'done'").Where("id IN (?)", bun.List(ids)).Exec(ctx)
+			return err
+		}, &bunqueue.QueueConfig[traceBatchFnItem]{BatchSize: 5, TraceColumn: "traceparent"})
+	c := tel.client(t, db, bunqueue.Config{}, q)
+	var requests []trace.SpanContext
+	for range 5 {
+		ctx, req := tel.request(t.Context())
+		insertTraced(t, db, "bq_test_trace_batchfn", name, bunqueue.TraceParent(ctx))
+		req.End()
+		requests = append(requests, req.SpanContext())
+	}
+	start(t, c)
+	batch := waitSpan(t, tel.spans, spanAll(spanNamed("process "+name), spanHas("messaging.batch.message_count", 5)), "batch span")
+	require.Equal(t, codes.Unset, batch.Status.Code)
+	for _, sc := range requests {
+		require.True(t, linksTo(batch, sc), "the batch span links to every row's request")
+	}
+	require.Len(t, batch.Links, len(requests))
+	time.Sleep(100 * time.Millisecond)
+	require.Len(t, spansOf(tel.spans, spanNamed("process "+name)), 1, "no span per row")
+	rm := tel.collect(t)
+	require.Equal(t, int64(5), counter(t, rm, "messaging.client.consumed.messages"))
+}
+
 type traceSQLItem struct {
 	bun.BaseModel `bun:"table:bq_test_trace_sql"`
 	TracedRow
