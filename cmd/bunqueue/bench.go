@@ -37,7 +37,11 @@ type bench struct {
 	log      *slog.Logger  // the clients' logger: warnings and errors to stderr
 	progress io.Writer
 
-	ceiling map[int]float64 // commit ceiling by concurrency, once measured
+	large int // rows of the large-backlog scenarios (backlog-1m, memory-1m)
+	burst int // rows of the post-burst scenarios' bursts
+
+	ceiling map[int]float64   // commit ceiling by concurrency, once measured
+	results map[string]result // the scenarios run so far, by name
 }
 
 // result is one row of the output table.
@@ -60,6 +64,8 @@ type report struct {
 	NumCPU     int      `json:"num_cpu"`
 	DurationS  float64  `json:"duration_s"`
 	WarmupS    float64  `json:"warmup_s"`
+	LargeRows  int      `json:"large_rows"`
+	BurstRows  int      `json:"burst_rows"`
 	StartedUTC string   `json:"started_utc"`
 	Results    []result `json:"results"`
 }
@@ -67,13 +73,17 @@ type report struct {
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	quick := fs.Bool("quick", false, "short run: about 3 s per scenario, a minute in all")
+	quick := fs.Bool("quick", false, "short run: 3 s per scenario and smaller bursts, about two minutes in all")
 	dsnFlag := fs.String("dsn", "", "MySQL/MariaDB DSN (default: $BUNQUEUE_MYSQL_DSN, else "+defaultDSN+")")
 	asJSON := fs.Bool("json", false, "print the results as JSON instead of a table")
 	duration := fs.Duration("duration", 0, "measured time of each scenario (default 3s with --quick, 15s without)")
-	only := fs.String("only", "", "comma-separated scenario names or name prefixes to run (default all): "+strings.Join(scenarioNames(), ", "))
+	only := fs.String("only", "", "comma-separated scenario names or name prefixes to run (default all; a scenario's\n"+
+		"baseline, such as the 16-connection ceiling, or table-b1 for backlog-1m, runs too): "+strings.Join(scenarioNames(), ", "))
+	large := fs.Int("large", 0, fmt.Sprintf("waiting rows of the large-backlog scenarios backlog-1m and memory-1m (default %d)", largeFull))
+	burst := fs.Int("burst", 0, fmt.Sprintf("rows processed by the post-burst scenarios before they measure (default %d, %d with --quick;\n"+
+		"post-burst-held takes at most %d)", burstFull, burstQuick, heldBurstMax))
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: bunqueue bench [--quick] [--dsn DSN] [--json] [--duration D] [--only NAMES]")
+		fmt.Fprintln(stderr, "Usage: bunqueue bench [--quick] [--dsn DSN] [--json] [--duration D] [--only NAMES] [--large N] [--burst N]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Measures, each for a fixed time, the database's commit ceiling and bunqueue's")
 		fmt.Fprintln(stderr, "throughput and latency, in tables named bench_* and jobs queues named bench_*")
@@ -89,14 +99,24 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		duration: 15 * time.Second,
 		log:      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		progress: stderr,
+		large:    largeFull,
+		burst:    burstFull,
 		ceiling:  map[int]float64{},
+		results:  map[string]result{},
 	}
 	if *quick {
 		b.duration = 3 * time.Second
+		b.burst = burstQuick
 	}
-	if *duration < 0 {
-		fmt.Fprintln(stderr, "bench: --duration must be positive")
+	if *duration < 0 || *large < 0 || *burst < 0 {
+		fmt.Fprintln(stderr, "bench: --duration, --large and --burst must not be negative")
 		return exitUsage
+	}
+	if *large > 0 {
+		b.large = *large
+	}
+	if *burst > 0 {
+		b.burst = *burst
 	}
 	if *duration > 0 {
 		b.duration = *duration
@@ -150,6 +170,15 @@ func selectScenarios(only string) ([]scenario, error) {
 			return nil, fmt.Errorf("--only: no scenario named %q (scenarios: %s)", p, strings.Join(scenarioNames(), ", "))
 		}
 	}
+	// Add what the selected scenarios compare themselves with.
+	for i := 0; i < len(out); i++ {
+		for _, d := range out[i].deps() {
+			j := slices.IndexFunc(all, func(s scenario) bool { return s.name == d })
+			if j >= 0 && !slices.ContainsFunc(out, func(o scenario) bool { return o.name == d }) {
+				out = append(out, all[j])
+			}
+		}
+	}
 	// Keep the run order, so that the ceiling comes first.
 	slices.SortStableFunc(out, func(a, b scenario) int {
 		return slices.IndexFunc(all, func(s scenario) bool { return s.name == a.name }) -
@@ -178,6 +207,8 @@ func (b *bench) run(ctx context.Context, selected []scenario) (*report, error) {
 		NumCPU:     runtime.NumCPU(),
 		DurationS:  b.duration.Seconds(),
 		WarmupS:    b.warmup.Seconds(),
+		LargeRows:  b.large,
+		BurstRows:  b.burst,
 		StartedUTC: time.Now().UTC().Format(time.RFC3339),
 	}
 	if err := admin.NewRaw("SELECT VERSION()").Scan(ctx, &rep.Server); err != nil {
@@ -200,7 +231,7 @@ func (b *bench) run(ctx context.Context, selected []scenario) (*report, error) {
 	defer func() { _, _ = lockConn.ExecContext(context.WithoutCancel(ctx), "DO RELEASE_LOCK('"+benchLock+"')") }()
 
 	total := time.Duration(len(selected)) * (b.duration + b.warmup)
-	fmt.Fprintf(b.progress, "bunqueue bench: %d scenarios, %s measured each after %s of warm-up (about %s plus set-up), server %s\n",
+	fmt.Fprintf(b.progress, "bunqueue bench: %d scenarios, %s measured each after %s of warm-up (about %s plus set-up, fills and bursts), server %s\n",
 		len(selected), b.duration, b.warmup, total.Round(time.Second), rep.Server)
 	for _, s := range selected {
 		if err := ctx.Err(); err != nil {
@@ -213,14 +244,18 @@ func (b *bench) run(ctx context.Context, selected []scenario) (*report, error) {
 			fmt.Fprintln(b.progress, "failed")
 			return nil, fmt.Errorf("scenario %s: %w", s.name, err)
 		}
-		r.Scenario, r.Concurrency = s.name, s.concurrency
+		r.Scenario = s.name
+		if r.Concurrency == 0 {
+			r.Concurrency = s.concurrency
+		}
 		if s.ceiling {
 			b.ceiling[s.concurrency] = r.ItemsPerSec
 		}
-		if c, ok := b.ceiling[s.concurrency]; ok && c > 0 && !s.noRatio {
+		if c, ok := b.ceiling[s.ratioConcurrency()]; ok && c > 0 && !s.noRatio {
 			ratio := r.ItemsPerSec / c
 			r.Ratio = &ratio
 		}
+		b.results[s.name] = r
 		fmt.Fprintf(b.progress, "%.0f items/s (%s)\n", r.ItemsPerSec, time.Since(began).Round(100*time.Millisecond))
 		rep.Results = append(rep.Results, r)
 	}
@@ -259,6 +294,8 @@ type window struct {
 	rate   float64 // items per second during the window
 	end    int64   // the count at the end of the window
 	rssKiB int64   // the process RSS at the end of the window
+	conns  int     // the most connections in use at once, where sampled
+	first  float64 // items per second in the window's first second, where measured
 }
 
 // measure waits for the warm-up, then counts what done gains during the
@@ -275,6 +312,27 @@ func (b *bench) measure(ctx context.Context, done *atomic.Int64) (window, error)
 	return window{rate: float64(c1-c0) / t1.Sub(t0).Seconds(), end: c1, rssKiB: readRSS()}, nil
 }
 
+// measureNow measures like measure but without a warm-up, and also the
+// rate of the first second.
+func (b *bench) measureNow(ctx context.Context, done *atomic.Int64) (window, error) {
+	c0, t0 := done.Load(), time.Now()
+	firstLen := min(time.Second, b.duration)
+	if err := sleep(ctx, firstLen); err != nil {
+		return window{}, err
+	}
+	c1, t1 := done.Load(), time.Now()
+	if err := sleep(ctx, b.duration-firstLen); err != nil {
+		return window{}, err
+	}
+	c2, t2 := done.Load(), time.Now()
+	return window{
+		rate:   float64(c2-c0) / t2.Sub(t0).Seconds(),
+		first:  float64(c1-c0) / t1.Sub(t0).Seconds(),
+		end:    c2,
+		rssKiB: readRSS(),
+	}, nil
+}
+
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -288,7 +346,14 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // readRSS returns VmRSS from /proc/self/status in KiB, or 0 where there is
 // none.
-func readRSS() int64 {
+func readRSS() int64 { return readStatus("VmRSS:") }
+
+// readPeakRSS returns VmHWM, the peak RSS of the process, from
+// /proc/self/status in KiB, or 0 where there is none.
+func readPeakRSS() int64 { return readStatus("VmHWM:") }
+
+// readStatus returns the value in KiB of a field of /proc/self/status.
+func readStatus(field string) int64 {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
 		return 0
@@ -296,7 +361,7 @@ func readRSS() int64 {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+		if rest, ok := strings.CutPrefix(sc.Text(), field); ok {
 			fields := strings.Fields(rest) // "12345 kB"
 			if len(fields) > 0 {
 				n, _ := strconv.ParseInt(fields[0], 10, 64)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -29,18 +30,51 @@ const poolSize = workers + 16
 // run did not measure it; it only sizes backlogs.
 const fallbackCeiling = 10000
 
+// Sizes of the large-backlog and post-burst scenarios.
+const (
+	largeFull  = 1_000_000
+	burstFull  = 200_000
+	burstQuick = 10_000
+)
+
 // scenario is one measurement of the bench.
 type scenario struct {
 	name        string
 	desc        string
 	concurrency int
-	ceiling     bool // it measures the commit ceiling at its concurrency
-	noRatio     bool // its rate is set by a producer: no ratio to the ceiling
+	ceiling     bool     // it measures the commit ceiling at its concurrency
+	noRatio     bool     // its rate is set by a producer: no ratio to the ceiling
+	ratioTo     int      // the ceiling its ratio is to, if not its concurrency's
+	needs       []string // scenarios it compares itself with: run them too
 	run         func(ctx context.Context, b *bench) (result, error)
 }
 
+// ratioConcurrency is the concurrency of the ceiling its ratio is to.
+func (s scenario) ratioConcurrency() int {
+	if s.ratioTo > 0 {
+		return s.ratioTo
+	}
+	return s.concurrency
+}
+
+// deps returns the scenarios s needs: its own, and the ceiling its ratio
+// is to.
+func (s scenario) deps() []string {
+	d := slices.Clone(s.needs)
+	if !s.ceiling && !s.noRatio {
+		d = append(d, fmt.Sprintf("ceiling-%d", s.ratioConcurrency()))
+	}
+	return d
+}
+
+// batchFnScenario is the batch-handler scenario, set by batchfn.go when it
+// is built.
+var batchFnScenario *scenario
+
 func scenarios() []scenario {
-	return []scenario{
+	b1 := &bunqueue.QueueConfig[benchItem]{Workers: workers, BatchSize: 1}
+	b50 := &bunqueue.QueueConfig[benchItem]{Workers: workers, BatchSize: 50}
+	list := []scenario{
 		{name: "ceiling-1", desc: "raw single-row UPDATE transactions, 1 connection", concurrency: 1, ceiling: true,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.commitCeiling(ctx, 1) }},
 		{name: "ceiling-16", desc: "raw single-row UPDATE transactions, 16 connections", concurrency: workers, ceiling: true,
@@ -48,23 +82,57 @@ func scenarios() []scenario {
 		{name: "seed-baseline", desc: "seed article: INDEX(status, retry_at), ORDER BY id, pure SQL", concurrency: workers,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.seedBaseline(ctx) }},
 		{name: "table-b1", desc: "any-table queue, BatchSize 1", concurrency: workers,
-			run: func(ctx context.Context, b *bench) (result, error) { return b.tableQueue(ctx, 1, 1.5) }},
+			run: func(ctx context.Context, b *bench) (result, error) { return b.tableQueue(ctx, b1, 3) }},
+		// Right after table-b1, which it compares itself with.
+		{name: "backlog-1m", desc: "table-b1 on a large backlog (--large rows)", concurrency: workers, needs: []string{"table-b1"},
+			run: func(ctx context.Context, b *bench) (result, error) { return b.backlogLarge(ctx) }},
 		{name: "table-b50", desc: "any-table queue, BatchSize 50", concurrency: workers,
-			run: func(ctx context.Context, b *bench) (result, error) { return b.tableQueue(ctx, 50, 4) }},
+			run: func(ctx context.Context, b *bench) (result, error) { return b.tableQueue(ctx, b50, 8) }},
+		// Right after table-b50, which it compares itself with.
+		{name: "tracing-on", desc: "table-b50 with the OpenTelemetry SDK, every span sampled", concurrency: workers, needs: []string{"table-b50"},
+			run: func(ctx context.Context, b *bench) (result, error) { return b.tracingOn(ctx) }},
+		// batchFnScenario goes here, after tracing-on.
+		{name: "table-defaults", desc: "any-table queue, nil *QueueConfig (all defaults)", concurrency: workers, ratioTo: workers, needs: []string{"table-b1", "table-b50"},
+			run: func(ctx context.Context, b *bench) (result, error) { return b.tableDefaults(ctx) }},
 		// The latency runs before the jobs throughput scenarios: right
 		// after those, on this server, it was sometimes far worse for a
 		// few seconds (measured again by latency-post-jobs).
 		{name: "latency", desc: "jobs, enqueue→start, 300 enqueues/s, wake-up hook", concurrency: workers, noRatio: true,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.latency(ctx, 300) }},
+		{name: "latency-xproc", desc: "jobs, enqueue→start, 300 enqueues/s from another process", concurrency: workers, noRatio: true,
+			run: func(ctx context.Context, b *bench) (result, error) { return b.latencyCrossProcess(ctx, 300) }},
 		{name: "jobs-lock-b1", desc: "jobs table, lock mode, BatchSize 1", concurrency: workers,
-			run: func(ctx context.Context, b *bench) (result, error) { return b.jobsQueue(ctx, bunqueue.ModeLock, 1, 1) }},
+			run: func(ctx context.Context, b *bench) (result, error) { return b.jobsQueue(ctx, bunqueue.ModeLock, 1, 3) }},
 		{name: "jobs-lock-b50", desc: "jobs table, lock mode, BatchSize 50", concurrency: workers,
-			run: func(ctx context.Context, b *bench) (result, error) { return b.jobsQueue(ctx, bunqueue.ModeLock, 50, 3) }},
+			run: func(ctx context.Context, b *bench) (result, error) { return b.jobsQueue(ctx, bunqueue.ModeLock, 50, 8) }},
 		{name: "jobs-lease-b1", desc: "jobs table, lease mode, BatchSize 1", concurrency: workers,
-			run: func(ctx context.Context, b *bench) (result, error) { return b.jobsQueue(ctx, bunqueue.ModeLease, 1, 1) }},
+			run: func(ctx context.Context, b *bench) (result, error) { return b.jobsQueue(ctx, bunqueue.ModeLease, 1, 2) }},
+		{name: "jobs-defaults", desc: "jobs table, zero JobQueueConfig (all defaults)", concurrency: workers, ratioTo: workers, needs: []string{"jobs-lock-b1", "jobs-lock-b50"},
+			run: func(ctx context.Context, b *bench) (result, error) { return b.jobsDefaults(ctx) }},
 		{name: "latency-post-jobs", desc: "the latency scenario again, right after the jobs bursts", concurrency: workers, noRatio: true,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.latency(ctx, 300) }},
+		{name: "post-burst-table", desc: "table-b1 right after a burst (--burst rows) was processed", concurrency: workers,
+			run: func(ctx context.Context, b *bench) (result, error) { return b.postBurstTable(ctx) }},
+		{name: "post-burst-jobs", desc: "jobs-lock-b1 right after a burst (--burst jobs) was processed and deleted", concurrency: workers,
+			run: func(ctx context.Context, b *bench) (result, error) {
+				return b.postBurstJobs(ctx, b.burst, burstFull, false)
+			}},
+		{name: "memory-1k", desc: "peak RSS of a child process draining 1,000 rows", concurrency: workers, noRatio: true,
+			run: func(ctx context.Context, b *bench) (result, error) { return b.memory(ctx, 1000) }},
+		{name: "memory-1m", desc: "peak RSS of a child process on a large backlog (--large rows)", concurrency: workers, noRatio: true, needs: []string{"memory-1k"},
+			run: func(ctx context.Context, b *bench) (result, error) { return b.memory(ctx, b.large) }},
+		// Last: it leaves purge far behind, which would weigh on whatever
+		// ran next.
+		{name: "post-burst-held", desc: "post-burst-jobs with purge held back by an open read view during the burst", concurrency: workers,
+			run: func(ctx context.Context, b *bench) (result, error) {
+				return b.postBurstJobs(ctx, min(b.burst, heldBurstMax), heldBurstMax, true)
+			}},
 	}
+	if batchFnScenario != nil {
+		i := slices.IndexFunc(list, func(s scenario) bool { return s.name == "tracing-on" })
+		list = slices.Insert(list, i+1, *batchFnScenario)
+	}
+	return list
 }
 
 // backlog returns how many items to pre-insert so that a scenario that
@@ -286,65 +354,160 @@ type benchItem struct {
 	RetryAt       *time.Time
 }
 
-// tableQueue runs an any-table queue over bench_items, with an index that
-// serves its query (README "Index advice"), on a pre-inserted backlog.
-func (b *bench) tableQueue(ctx context.Context, batch int, factor float64) (result, error) {
-	db, err := b.open(ctx, poolSize)
-	if err != nil {
-		return result{}, err
-	}
-	defer db.Close()
-	const table = "bench_items"
-	defer dropTables(db, table)
-	if err := execAll(ctx, db, "DROP TABLE IF EXISTS "+table,
-		`CREATE TABLE `+table+` (
+// createItems creates bench_items, with an index that serves the queue's
+// query (README "Index advice"), and fills it with n waiting rows. It
+// returns how long the fill took.
+func createItems(ctx context.Context, db *bun.DB, n int) (time.Duration, error) {
+	if err := execAll(ctx, db, "DROP TABLE IF EXISTS "+itemsTable,
+		`CREATE TABLE `+itemsTable+` (
 	id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
 	status VARCHAR(16) NOT NULL,
 	retry_at DATETIME(6) NULL,
 	INDEX bench_items_queue (status, id, retry_at)
 ) ENGINE=InnoDB`); err != nil {
-		return result{}, err
+		return 0, err
 	}
-	n := b.backlog(factor)
-	if err := fillRows(ctx, db, table, "status", "('waiting')", n); err != nil {
-		return result{}, err
-	}
+	began := time.Now()
+	err := fillRows(ctx, db, itemsTable, "status", "('waiting')", n)
+	return time.Since(began), err
+}
 
-	var done atomic.Int64
-	q := bunqueue.NewQueue("bench_items",
-		func(q *bun.SelectQuery) *bun.SelectQuery {
-			return q.Where("status = 'waiting'").
-				Where("retry_at IS NULL OR retry_at <= UTC_TIMESTAMP(6)").
-				Order("id")
-		},
+// itemsTable is the table of benchItem.
+const itemsTable = "bench_items"
+
+// itemsQuery is the any-table scenarios' queue: the waiting rows, oldest
+// first.
+func itemsQuery(q *bun.SelectQuery) *bun.SelectQuery {
+	return q.Where("status = 'waiting'").
+		Where("retry_at IS NULL OR retry_at <= UTC_TIMESTAMP(6)").
+		Order("id")
+}
+
+// poolWatch samples how many connections of a pool are in use, until
+// stopped, and keeps the most it saw: the concurrency a configuration
+// reaches, whatever the handlers' speed.
+type poolWatch struct {
+	stop chan struct{}
+	done chan struct{}
+	max  int
+}
+
+func watchPool(db *bun.DB) *poolWatch {
+	p := &poolWatch{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			p.max = max(p.max, db.Stats().InUse)
+			select {
+			case <-p.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return p
+}
+
+// end stops the sampling and returns the most connections in use.
+func (p *poolWatch) end() int {
+	close(p.stop)
+	<-p.done
+	return p.max
+}
+
+// itemsQueue returns the any-table scenarios' queue over bench_items: the
+// handler marks its row sent, one UPDATE by primary key. cfg may be nil.
+func itemsQueue(done *atomic.Int64, cfg *bunqueue.QueueConfig[benchItem]) *bunqueue.Queue[benchItem] {
+	return bunqueue.NewQueue(itemsTable, itemsQuery,
 		func(ctx context.Context, tx bun.Tx, item *benchItem) error {
 			_, err := tx.NewUpdate().Model(item).Set("status = 'sent'").WherePK().Exec(ctx)
 			if err == nil {
 				done.Add(1)
 			}
 			return err
-		},
-		&bunqueue.QueueConfig[benchItem]{Workers: workers, BatchSize: batch})
-	client, err := bunqueue.NewClient(db, &bunqueue.Config{Logger: b.log})
-	if err != nil {
-		return result{}, err
-	}
-	if err := client.Add(q); err != nil {
-		return result{}, err
-	}
-	w, err := b.runClient(ctx, client, &done)
-	if err != nil {
-		return result{}, err
-	}
-	return result{ItemsPerSec: w.rate, RSSKiB: w.rssKiB, Note: backlogNote(n, "rows pre-inserted", w.end >= int64(n))}, nil
+		}, cfg)
 }
 
-// runClient starts client, measures done, and stops the client.
-func (b *bench) runClient(ctx context.Context, client *bunqueue.Client, done *atomic.Int64) (w window, err error) {
+// tableRun is one run of an any-table queue over bench_items.
+type tableRun struct {
+	rows  int                              // the backlog pre-inserted
+	cfg   *bunqueue.QueueConfig[benchItem] // nil: all defaults
+	pool  int                              // the connection pool; 0: poolSize
+	setup func(cfg *bunqueue.Config)       // changes the client's config, if set
+}
+
+// tableStats is what a tableRun saw.
+type tableStats struct {
+	window
+	fill  time.Duration // how long the backlog took to insert
+	total int64         // the items processed from Start to Stop
+}
+
+func (t tableStats) note(rows int) string {
+	return backlogNote(rows, "rows pre-inserted", t.end >= int64(rows))
+}
+
+// runTable runs an any-table queue over bench_items on a pre-inserted
+// backlog.
+func (b *bench) runTable(ctx context.Context, run tableRun) (tableStats, error) {
+	db, err := b.open(ctx, cmp.Or(run.pool, poolSize))
+	if err != nil {
+		return tableStats{}, err
+	}
+	defer db.Close()
+	defer dropTables(db, itemsTable)
+	fill, err := createItems(ctx, db, run.rows)
+	if err != nil {
+		return tableStats{}, err
+	}
+	cfg := bunqueue.Config{Logger: b.log}
+	if run.setup != nil {
+		run.setup(&cfg)
+	}
+	var done atomic.Int64
+	client, err := bunqueue.NewClient(db, &cfg)
+	if err != nil {
+		return tableStats{}, err
+	}
+	if err := client.Add(itemsQueue(&done, run.cfg)); err != nil {
+		return tableStats{}, err
+	}
+	w, err := b.runClient(ctx, client, &done, db)
+	if err != nil {
+		return tableStats{}, err
+	}
+	return tableStats{window: w, fill: fill, total: done.Load()}, nil
+}
+
+// tableQueue runs an any-table queue with cfg on a backlog sized for
+// factor × the ceiling.
+func (b *bench) tableQueue(ctx context.Context, cfg *bunqueue.QueueConfig[benchItem], factor float64) (result, error) {
+	n := b.backlog(factor)
+	st, err := b.runTable(ctx, tableRun{rows: n, cfg: cfg})
+	if err != nil {
+		return result{}, err
+	}
+	return result{ItemsPerSec: st.rate, RSSKiB: st.rssKiB, Note: st.note(n)}, nil
+}
+
+// runClient starts client, measures done, and stops the client. While the
+// client runs, it samples how many connections of db (the client's) are in
+// use.
+func (b *bench) runClient(ctx context.Context, client *bunqueue.Client, done *atomic.Int64, db *bun.DB) (w window, err error) {
+	return b.runClientWith(ctx, client, done, db, b.measure)
+}
+
+// runClientWith is runClient with another way to measure.
+func (b *bench) runClientWith(ctx context.Context, client *bunqueue.Client, done *atomic.Int64, db *bun.DB,
+	measure func(context.Context, *atomic.Int64) (window, error)) (w window, err error) {
 	if err := client.Start(ctx); err != nil {
 		return window{}, err
 	}
-	w, err = b.measure(ctx, done)
+	pw := watchPool(db)
+	w, err = measure(ctx, done)
+	w.conns = pw.end()
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if serr := client.Stop(stopCtx); err == nil && serr != nil {
@@ -370,8 +533,20 @@ func (b *bench) jobsClient(ctx context.Context, db *bun.DB, queue string, cfg bu
 	cleanup := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		_, _ = db.NewRaw("DELETE FROM bunqueue_jobs WHERE queue = ?", queue).Exec(ctx)
-		_, _ = db.NewRaw("DELETE FROM bunqueue_failed_jobs WHERE queue = ?", queue).Exec(ctx)
+		// In chunks: one DELETE of a million jobs would hold a million
+		// row locks, more than a default 128 MiB buffer pool can keep
+		// (MariaDB aborts).
+		for _, t := range []string{"bunqueue_jobs", "bunqueue_failed_jobs"} {
+			for {
+				res, err := db.NewRaw("DELETE FROM ? WHERE queue = ? LIMIT 5000", bun.Ident(t), queue).Exec(ctx)
+				if err != nil {
+					break
+				}
+				if n, _ := res.RowsAffected(); n < 5000 {
+					break
+				}
+			}
+		}
 	}
 	cleanup() // a run that was killed may have left some
 	client, err := bunqueue.NewClient(db, &bunqueue.Config{
@@ -387,26 +562,56 @@ func (b *bench) jobsClient(ctx context.Context, db *bun.DB, queue string, cfg bu
 // jobsQueue runs a queue of the jobs table on a backlog enqueued with
 // EnqueueMany.
 func (b *bench) jobsQueue(ctx context.Context, mode bunqueue.JobMode, batch int, factor float64) (result, error) {
-	db, err := b.open(ctx, poolSize)
+	queue := fmt.Sprintf("bench_%s_b%d", mode, batch)
+	n := b.backlog(factor)
+	st, err := b.runJobs(ctx, queue, bunqueue.JobQueueConfig{Workers: workers, BatchSize: batch, Mode: mode}, n, poolSize)
 	if err != nil {
 		return result{}, err
 	}
-	defer db.Close()
-	queue := fmt.Sprintf("bench_%s_b%d", mode, batch)
-	client, cleanup, err := b.jobsClient(ctx, db, queue, bunqueue.JobQueueConfig{Workers: workers, BatchSize: batch, Mode: mode})
+	return result{ItemsPerSec: st.rate, RSSKiB: st.rssKiB, Note: backlogNote(n, "jobs enqueued", st.end >= int64(n))}, nil
+}
+
+// runJobs runs the jobs queue named queue with cfg, on n jobs enqueued
+// before it starts, with a pool of pool connections.
+func (b *bench) runJobs(ctx context.Context, queue string, cfg bunqueue.JobQueueConfig, n, pool int) (tableStats, error) {
+	db, err := b.open(ctx, pool)
 	if err != nil {
-		return result{}, err
+		return tableStats{}, err
+	}
+	defer db.Close()
+	client, cleanup, err := b.jobsClient(ctx, db, queue, cfg)
+	if err != nil {
+		return tableStats{}, err
 	}
 	defer cleanup()
 	var done atomic.Int64
-	if err := bunqueue.AddWorker(client, bunqueue.WorkerFunc[benchJob](func(context.Context, bun.IDB, *bunqueue.Job[benchJob]) error {
+	if err := bunqueue.AddWorker(client, countingWorker(&done)); err != nil {
+		return tableStats{}, err
+	}
+	began := time.Now()
+	if err := enqueueBacklog(ctx, client, db, queue, n); err != nil {
+		return tableStats{}, err
+	}
+	fill := time.Since(began)
+	w, err := b.runClient(ctx, client, &done, db)
+	if err != nil {
+		return tableStats{}, err
+	}
+	return tableStats{window: w, fill: fill, total: done.Load()}, nil
+}
+
+// countingWorker is the jobs scenarios' worker: it counts the job and
+// returns.
+func countingWorker(done *atomic.Int64) bunqueue.WorkerFunc[benchJob] {
+	return func(context.Context, bun.IDB, *bunqueue.Job[benchJob]) error {
 		done.Add(1)
 		return nil
-	})); err != nil {
-		return result{}, err
 	}
+}
 
-	n := b.backlog(factor)
+// enqueueBacklog enqueues n benchJobs into queue with EnqueueMany, 5000
+// per call, on 4 connections.
+func enqueueBacklog(ctx context.Context, client *bunqueue.Client, db *bun.DB, queue string, n int) error {
 	g := newGroup(ctx, 4)
 	opts := &bunqueue.EnqueueOpts{Queue: queue}
 	for from := 0; from < n; from += 5000 {
@@ -420,14 +625,9 @@ func (b *bench) jobsQueue(ctx context.Context, mode bunqueue.JobMode, batch int,
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return result{}, fmt.Errorf("enqueue the backlog: %w", err)
+		return fmt.Errorf("enqueue the backlog: %w", err)
 	}
-
-	w, err := b.runClient(ctx, client, &done)
-	if err != nil {
-		return result{}, err
-	}
-	return result{ItemsPerSec: w.rate, RSSKiB: w.rssKiB, Note: backlogNote(n, "jobs enqueued", w.end >= int64(n))}, nil
+	return nil
 }
 
 // latencyJob carries the time it was enqueued, and whether it was
@@ -439,6 +639,102 @@ type latencyJob struct {
 
 // Kind implements bunqueue.JobArgs.
 func (latencyJob) Kind() string { return "bunqueue_bench_latency" }
+
+// startRecorder is the latency scenarios' worker: it records, for each
+// job, how long after its enqueue it started.
+type startRecorder struct {
+	mu        sync.Mutex
+	latencies []time.Duration // of the measured jobs
+	started   atomic.Int64
+}
+
+func (r *startRecorder) worker() bunqueue.WorkerFunc[latencyJob] {
+	return func(_ context.Context, _ bun.IDB, job *bunqueue.Job[latencyJob]) error {
+		d := time.Now().UTC().Sub(job.Args.EnqueuedAt)
+		r.started.Add(1)
+		if job.Args.Measured {
+			r.mu.Lock()
+			r.latencies = append(r.latencies, d)
+			r.mu.Unlock()
+		}
+		return nil
+	}
+}
+
+// waitStarted waits until n jobs started, or for at most d.
+func (r *startRecorder) waitStarted(n int64, d time.Duration) {
+	for deadline := time.Now().Add(d); r.started.Load() < n && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// measured returns the latencies of the measured jobs.
+func (r *startRecorder) measured() []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.latencies)
+}
+
+// production is what a producer did.
+type production struct {
+	enqueued, inWindow int64
+	window             time.Duration   // from the first to the last measured enqueue
+	enqueueTimes       []time.Duration // how long the measured Enqueue calls took
+}
+
+// produce calls enqueue perSecond times a second, catching up when late,
+// for b.warmup and then b.duration; the jobs it enqueues after the warm-up
+// are marked measured.
+func (b *bench) produce(ctx context.Context, perSecond int, enqueue func(ctx context.Context, job latencyJob) error) (production, error) {
+	var p production
+	interval := time.Second / time.Duration(perSecond)
+	began := time.Now()
+	windowStart := began.Add(b.warmup)
+	end := windowStart.Add(b.duration)
+	var first, last time.Time // of the measured enqueues
+	for i := 0; ; i++ {
+		next := began.Add(time.Duration(i) * interval)
+		if !next.Before(end) {
+			break
+		}
+		if err := sleep(ctx, time.Until(next)); err != nil {
+			return p, err
+		}
+		now := time.Now()
+		measured := !now.Before(windowStart)
+		if measured && p.inWindow == 0 {
+			first = now
+		}
+		if err := enqueue(ctx, latencyJob{EnqueuedAt: now.UTC(), Measured: measured}); err != nil {
+			return p, fmt.Errorf("enqueue: %w", err)
+		}
+		p.enqueued++
+		if measured {
+			p.inWindow++
+			last = now
+			p.enqueueTimes = append(p.enqueueTimes, time.Since(now))
+		}
+	}
+	p.window = last.Sub(first)
+	return p, nil
+}
+
+// latencyResult is the row of a latency scenario: lat are the latencies of
+// the jobs started of the inWindow enqueued during window.
+func latencyResult(lat []time.Duration, inWindow int64, window time.Duration, rss int64, note string) (result, error) {
+	if inWindow < 2 || len(lat) == 0 || window <= 0 {
+		return result{}, errors.New("no job was enqueued and started during the measured window")
+	}
+	if missing := inWindow - int64(len(lat)); missing > 0 {
+		note += fmt.Sprintf("; %d NOT started by the end (not in the percentiles)", missing)
+	}
+	return result{
+		ItemsPerSec: float64(len(lat)) / window.Seconds(),
+		P50ms:       percentile(lat, 0.50), P95ms: percentile(lat, 0.95), P99ms: percentile(lat, 0.99),
+		RSSKiB: rss,
+		Note:   note,
+	}, nil
+}
 
 // latency enqueues jobs at perSecond from one producer, one INSERT each
 // (autocommit), through a DB that has the client's wake-up hook, and
@@ -457,21 +753,8 @@ func (b *bench) latency(ctx context.Context, perSecond int) (result, error) {
 	defer cleanup()
 	db.AddQueryHook(client.QueryHook())
 
-	var (
-		mu        sync.Mutex
-		latencies []time.Duration // of the measured jobs
-		started   atomic.Int64
-	)
-	if err := bunqueue.AddWorker(client, bunqueue.WorkerFunc[latencyJob](func(_ context.Context, _ bun.IDB, job *bunqueue.Job[latencyJob]) error {
-		d := time.Now().UTC().Sub(job.Args.EnqueuedAt)
-		started.Add(1)
-		if job.Args.Measured {
-			mu.Lock()
-			latencies = append(latencies, d)
-			mu.Unlock()
-		}
-		return nil
-	})); err != nil {
+	var rec startRecorder
+	if err := bunqueue.AddWorker(client, rec.worker()); err != nil {
 		return result{}, err
 	}
 	if err := client.Start(ctx); err != nil {
@@ -483,44 +766,13 @@ func (b *bench) latency(ctx context.Context, perSecond int) (result, error) {
 		return client.Stop(stopCtx)
 	}
 
-	// The producer: one job every 1/perSecond, catching up when late.
-	interval := time.Second / time.Duration(perSecond)
-	began := time.Now()
-	windowStart := began.Add(b.warmup)
-	end := windowStart.Add(b.duration)
-	var enqueued, inWindow int64
-	var first, last time.Time        // of the measured enqueues
-	var enqueueTimes []time.Duration // how long the measured Enqueue calls took
-	var prodErr error
-	for i := 0; ; i++ {
-		next := began.Add(time.Duration(i) * interval)
-		if !next.Before(end) {
-			break
-		}
-		if err := sleep(ctx, time.Until(next)); err != nil {
-			prodErr = err
-			break
-		}
-		now := time.Now()
-		measured := !now.Before(windowStart)
-		if measured && inWindow == 0 {
-			first = now
-		}
-		if _, err := client.Enqueue(ctx, db, latencyJob{EnqueuedAt: now.UTC(), Measured: measured}, &bunqueue.EnqueueOpts{Queue: queue}); err != nil {
-			prodErr = fmt.Errorf("enqueue: %w", err)
-			break
-		}
-		enqueued++
-		if measured {
-			inWindow++
-			last = now
-			enqueueTimes = append(enqueueTimes, time.Since(now))
-		}
-	}
+	opts := &bunqueue.EnqueueOpts{Queue: queue}
+	p, prodErr := b.produce(ctx, perSecond, func(ctx context.Context, job latencyJob) error {
+		_, err := client.Enqueue(ctx, db, job, opts)
+		return err
+	})
 	// Give the last jobs up to 2 s to start.
-	for deadline := time.Now().Add(2 * time.Second); started.Load() < enqueued && time.Now().Before(deadline); {
-		time.Sleep(5 * time.Millisecond)
-	}
+	rec.waitStarted(p.enqueued, 2*time.Second)
 	rss := readRSS()
 	if err := stopClient(); prodErr == nil && err != nil {
 		prodErr = fmt.Errorf("stop the client: %w", err)
@@ -528,25 +780,13 @@ func (b *bench) latency(ctx context.Context, perSecond int) (result, error) {
 	if prodErr != nil {
 		return result{}, prodErr
 	}
-
-	mu.Lock()
-	lat := slices.Clone(latencies)
-	mu.Unlock()
-	if inWindow < 2 || len(lat) == 0 {
-		return result{}, errors.New("no job was enqueued and started during the measured window")
+	lat := rec.measured()
+	if p.inWindow < 2 {
+		return result{}, errors.New("fewer than 2 jobs were enqueued during the measured window")
 	}
-	window := last.Sub(first).Seconds()
 	note := fmt.Sprintf("%d enqueued in the window (%.0f/s, one autocommit INSERT each, the Enqueue call took p50 %.2f ms, p99 %.2f ms), %d started",
-		inWindow, float64(inWindow)/window, *percentile(enqueueTimes, 0.5), *percentile(enqueueTimes, 0.99), len(lat))
-	if missing := inWindow - int64(len(lat)); missing > 0 {
-		note += fmt.Sprintf("; %d NOT started within 2 s of the end (not in the percentiles)", missing)
-	}
-	return result{
-		ItemsPerSec: float64(len(lat)) / window,
-		P50ms:       percentile(lat, 0.50), P95ms: percentile(lat, 0.95), P99ms: percentile(lat, 0.99),
-		RSSKiB: rss,
-		Note:   note,
-	}, nil
+		p.inWindow, float64(p.inWindow)/p.window.Seconds(), *percentile(p.enqueueTimes, 0.5), *percentile(p.enqueueTimes, 0.99), len(lat))
+	return latencyResult(lat, p.inWindow, p.window, rss, note)
 }
 
 // percentile returns the p-th quantile of ds in milliseconds (nearest
