@@ -231,7 +231,7 @@ type runner struct {
 	// run claims those of keys that are still waiting and not locked (or,
 	// with keys nil, up to limit rows at the head of the queue) and
 	// processes them.
-	run   func(ctx context.Context, limit int, keys []candidate) batchResult
+	run   func(ctx context.Context, s *session, limit int, keys []candidate) batchResult
 	depth func(ctx context.Context, limit int) (int, error)
 	// explain returns fetch's read without its LIMIT, and the queue's
 	// table, for the plan check at Start.
@@ -280,6 +280,8 @@ func (c *Client) work(ctx context.Context, r *runner, f *feed) {
 	if r.selfSized {
 		size = 1
 	}
+	s := &session{db: c.db}
+	defer s.end()
 	for {
 		select {
 		case <-c.stopping:
@@ -288,15 +290,26 @@ func (c *Client) work(ctx context.Context, r *runner, f *feed) {
 		}
 		keys, filled := f.take(size)
 		if keys == nil {
+			// Keep the session's connection while work comes, not longer.
+			var idle <-chan time.Time
+			t := time.NewTimer(r.poll)
+			if s.conn != nil {
+				idle = t.C
+			}
 			select {
 			case <-c.stopping:
+				t.Stop()
 				return
 			case <-filled:
+			case <-idle:
+				s.end()
 			}
+			t.Stop()
 			continue
 		}
 		began := time.Now()
-		res := r.run(ctx, r.batch, keys)
+		res := r.run(ctx, s, r.batch, keys)
+		s.failed(res.err)
 		f.finish(keys)
 		if r.selfSized && res.err == nil {
 			size = resize(size, len(keys), time.Since(began), r.batch)

@@ -37,7 +37,10 @@ type leaseRunner struct {
 // keys nil: up to limit jobs at the head of the queue) in a short
 // transaction, then runs them one after the other outside any
 // transaction, keeping their leases alive.
-func (l *leaseRunner) run(ctx context.Context, limit int, keys []candidate) batchResult {
+//
+// It does not use the worker's session: a lease-mode job holds no
+// connection while it runs.
+func (l *leaseRunner) run(ctx context.Context, _ *session, limit int, keys []candidate) batchResult {
 	var res batchResult
 	var rows []jobRow
 	var token string

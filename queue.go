@@ -153,7 +153,7 @@ func (q *Queue[T]) ProcessNext(ctx context.Context) (bool, error) {
 	if q.client == nil {
 		return false, ErrNotAdded
 	}
-	res := q.runBatch(ctx, 1, nil)
+	res := q.runBatch(ctx, nil, 1, nil)
 	return res.claimed > 0, errors.Join(append(res.itemErrs, res.err)...)
 }
 

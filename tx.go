@@ -32,12 +32,12 @@ type batchResult struct {
 
 // runBatch claims the rows of keys that still wait and are not locked
 // (with keys nil: up to limit rows at the head of the queue) and processes
-// them in one transaction, retrying the whole transaction with jitter on
+// them in one transaction on s (nil: on the pool), retrying the whole transaction with jitter on
 // deadlocks and lock wait timeouts.
-func (q *Queue[T]) runBatch(ctx context.Context, limit int, keys []candidate) batchResult {
+func (q *Queue[T]) runBatch(ctx context.Context, s *session, limit int, keys []candidate) batchResult {
 	var res batchResult
 	_ = q.client.retry(ctx, func() error {
-		res = q.tryBatch(ctx, limit, keys)
+		res = q.tryBatch(ctx, s, limit, keys)
 		return res.err
 	}, metric.WithAttributes(semconv.MessagingDestinationName(q.name)))
 	return res
@@ -70,7 +70,7 @@ const (
 	released                 // handler failed, nothing recorded: row goes back
 )
 
-func (q *Queue[T]) tryBatch(ctx context.Context, limit int, keys []candidate) (res batchResult) {
+func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []candidate) (res batchResult) {
 	tel := q.client.tel
 	ctx, batchSpan := tel.startBatch(ctx, q.name)
 	var spans []*itemSpan
@@ -88,7 +88,7 @@ func (q *Queue[T]) tryBatch(ctx context.Context, limit int, keys []candidate) (r
 		tel.endBatch(batchSpan, res.err)
 	}()
 	began := time.Now()
-	tx, err := q.client.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	tx, err := s.begin(ctx, q.client.db)
 	if err != nil {
 		res.err = fmt.Errorf("bunqueue: queue %q: begin: %w", q.name, err)
 		return res
