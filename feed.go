@@ -33,6 +33,7 @@ type feed struct {
 	mu     sync.Mutex
 	ready  []candidate         // read, not yet taken
 	busy   map[string]struct{} // ready or taken, not yet finished
+	late   map[string]struct{} // finished since the current read began
 	filled chan struct{}       // closed when ready gets rows; then replaced
 	low    chan struct{}       // cap 1: a worker found ready short: read again
 }
@@ -46,6 +47,7 @@ func newFeed(r *runner) *feed {
 		r:      r,
 		window: 2 * r.workers * r.batch,
 		busy:   map[string]struct{}{},
+		late:   map[string]struct{}{},
 		filled: make(chan struct{}),
 		low:    make(chan struct{}, 1),
 	}
@@ -79,6 +81,7 @@ func (f *feed) finish(keys []candidate) {
 	f.mu.Lock()
 	for _, k := range keys {
 		delete(f.busy, k.id)
+		f.late[k.id] = struct{}{}
 	}
 	f.mu.Unlock()
 }
@@ -93,6 +96,11 @@ func (f *feed) add(found []candidate) int {
 		if _, ok := f.busy[k.id]; ok {
 			continue
 		}
+		if _, ok := f.late[k.id]; ok {
+			// Finished while the read ran: it may have seen the row
+			// before the commit that took it out of the queue.
+			continue
+		}
 		f.busy[k.id] = struct{}{}
 		f.ready = append(f.ready, k)
 		n++
@@ -104,11 +112,14 @@ func (f *feed) add(found []candidate) int {
 	return n
 }
 
-// limit is how many keys the next read asks for: enough to get past the
-// busy rows, which it may find again, to window new ones.
-func (f *feed) limit() int {
+// begin starts a read: it returns how many keys to ask for (enough to
+// get past the busy rows, which the read may find again, to window new
+// ones) and forgets the rows that finished before now, which the read
+// will see as they are.
+func (f *feed) begin() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	clear(f.late)
 	return len(f.busy) + f.window
 }
 
@@ -127,7 +138,7 @@ func (c *Client) fill(ctx context.Context, f *feed) {
 			return
 		default:
 		}
-		found, err := r.fetch(ctx, f.limit())
+		found, err := r.fetch(ctx, f.begin())
 		var wait time.Duration
 		switch {
 		case err != nil && ctx.Err() != nil:
