@@ -59,20 +59,40 @@
 // [Queue.Count] counts waiting rows, with or without [Client.Start]: they
 // suit tests and cron-style programs.
 //
-// # The item transaction
+// # Reading and claiming
 //
-// Each worker of a queue repeats one transaction:
+// Workers that all claim at the head of the same index step over each
+// other's locked rows, and stop scaling at a handful. So one goroutine per
+// queue, its feed, reads the primary keys of the next waiting rows with a
+// plain SELECT that locks nothing (tagged /* bunqueue: read <queue> */),
+// when the workers run short, at a wake-up ([Client.QueryHook]) or after
+// [QueueConfig.PollInterval]; an idle queue costs one such read per poll.
+// It hands each key to one worker of this process until that worker is
+// done with it. Each worker then repeats one transaction:
 //
-//   - BEGIN at READ COMMITTED (through [sql.TxOptions], which MySQL 8 and
-//     MariaDB both accept). READ COMMITTED takes no gap locks on
-//     searches, so claimers do not block producers that insert rows.
-//   - SELECT the queue's query with LIMIT [QueueConfig.BatchSize] and FOR
-//     UPDATE SKIP LOCKED, leaving out the rows this process is cooling
-//     down. Rows other transactions hold are skipped, not waited for.
+//   - BEGIN at READ COMMITTED. A worker keeps its connection while work
+//     comes, with READ COMMITTED set once for the session, and discards it
+//     (it never returns to the pool with that setting) after
+//     PollInterval without work or a failed transaction. READ COMMITTED
+//     takes no gap locks on searches, so claimers do not block producers
+//     that insert rows.
+//   - Lock its keys by primary key: the queue's query, plus the keys,
+//     FORCE INDEX (PRIMARY) and FOR UPDATE SKIP LOCKED. The query is
+//     checked again under the lock, so a row that left the queue since the
+//     read is not processed. Keys another process took meanwhile are
+//     replaced from the head of the queue (the query with LIMIT and FOR
+//     UPDATE SKIP LOCKED), leaving out the rows this process is cooling
+//     down.
 //   - Run the handler on each row with the transaction's [bun.Tx]. A panic
 //     is recovered and becomes a [PanicError].
 //   - Run the queue's query again for the rows, by primary key (the one
 //     rule above), and COMMIT once.
+//
+// A batch is at most [QueueConfig.BatchSize] rows. Left zero, it sizes
+// itself: each worker starts with one row per transaction and doubles its
+// batch while a batch takes less than half of [BatchTarget], up to
+// [BatchSizeDefault], halving it when one takes longer. When fewer rows
+// wait than the workers could take, each takes a fair share.
 //
 // Each row runs inside a SAVEPOINT when the batch has more than one row
 // or [QueueConfig.OnError] is set. A failing row is rolled back to its
@@ -105,14 +125,20 @@
 // A row's failure is an [ItemError]: [Queue.ProcessNext] returns it, and a
 // started client's workers log it to [Config.Logger].
 //
+// # Batch handlers
+//
+// [NewBatchQueue] declares a queue whose [BatchHandlerFunc] gets the whole
+// locked batch, to change it in one statement. The call runs in one
+// savepoint; if it fails, its writes are undone and it is called again for
+// each row alone, each in its own savepoint, so that one bad row fails
+// alone. Hooks see one call, with [WorkInfo.Keys]; tracing makes one
+// process span per call, linked to each row's creation context.
+//
 // # Workers
 //
-// [QueueConfig.Workers] goroutines per queue claim batches while they find
-// rows; each holds one database connection while it processes a batch.
-// An idle worker looks again after a wait drawn from [¾, 1] ×
-// [QueueConfig.PollInterval]; a worker that claimed a full batch wakes a
-// sleeping sibling. After a failed transaction a worker backs off
-// exponentially.
+// [QueueConfig.Workers] goroutines per queue process the rows the feed
+// hands them; each holds one database connection while it has work.
+// After a failed transaction a worker backs off exponentially.
 //
 // # Jobs
 //
