@@ -329,3 +329,88 @@ func ExampleQueueConfig_onError() {
 	// attempts: 1, last error: "503 Service Unavailable", retry later: true
 	// next: false <nil>
 }
+
+// A batch handler gets each locked batch whole and changes it in one
+// statement: here page views are rolled up into per-page totals, many rows
+// per transaction.
+func ExampleNewBatchQueue() {
+	type View struct {
+		bun.BaseModel `bun:"table:bq_example_view"`
+		ID            int64 `bun:",pk,autoincrement"`
+		Page          string
+		Counted       bool
+	}
+	ctx := context.Background()
+	db := openExampleDB("bq_example_view", "id BIGINT AUTO_INCREMENT PRIMARY KEY, page VARCHAR(64) NOT NULL, counted BOOL NOT NULL DEFAULT FALSE, INDEX (counted, id)")
+	defer db.Close()
+	defer db.Exec("DROP TABLE bq_example_view")
+	for _, stmt := range []string{"DROP TABLE IF EXISTS bq_example_page", "CREATE TABLE bq_example_page (page VARCHAR(64) PRIMARY KEY, views INT NOT NULL)"} {
+		if _, err := db.Exec(stmt); err != nil {
+			log.Fatal(err)
+		}
+	}
+	defer db.Exec("DROP TABLE bq_example_page")
+	views := make([]View, 1000)
+	for i := range views {
+		views[i].Page = []string{"/", "/pricing", "/docs"}[i%3]
+	}
+	if _, err := db.NewInsert().Model(&views).Exec(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	rollup := bunqueue.NewBatchQueue("rollup",
+		func(q *bun.SelectQuery) *bun.SelectQuery { return q.Where("counted = FALSE").Order("id") },
+		func(ctx context.Context, tx bun.Tx, batch []View) error {
+			ids := make([]int64, len(batch))
+			perPage := map[string]int{}
+			for i, v := range batch {
+				ids[i] = v.ID
+				perPage[v.Page]++
+			}
+			for page, n := range perPage {
+				if _, err := tx.ExecContext(ctx, "INSERT INTO bq_example_page (page, views) VALUES (?, ?) ON DUPLICATE KEY UPDATE views = views + VALUES(views)", page, n); err != nil {
+					return err
+				}
+			}
+			_, err := tx.NewUpdate().Model((*View)(nil)).Set("counted = TRUE").Where("id IN (?)", bun.List(ids)).Exec(ctx)
+			return err
+		}, &bunqueue.QueueConfig[View]{Workers: 2, BatchSize: 100})
+	client, err := bunqueue.NewClient(db, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := client.Add(rollup); err != nil {
+		log.Fatal(err)
+	}
+	if err := client.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	for {
+		n, err := rollup.Count(ctx, 1)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := client.Stop(ctx); err != nil {
+		log.Fatal(err)
+	}
+
+	var totals []struct {
+		Page  string
+		Views int
+	}
+	if err := db.NewRaw("SELECT page, views FROM bq_example_page ORDER BY page").Scan(ctx, &totals); err != nil {
+		log.Fatal(err)
+	}
+	for _, t := range totals {
+		fmt.Println(t.Page, t.Views)
+	}
+	// Output:
+	// / 334
+	// /docs 333
+	// /pricing 333
+}
