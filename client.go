@@ -116,10 +116,13 @@ func (c *Client) Start(ctx context.Context) error {
 	for _, r := range runners {
 		total += r.workers
 	}
-	if max := c.db.Stats().MaxOpenConnections; max > 0 && max < total+2 {
+	// Each worker holds a connection while it has work, each queue's feed
+	// one while it reads, and the app's own statements need one more; the
+	// probe below needs two.
+	if need := max(total+len(runners)+1, 2); c.db.Stats().MaxOpenConnections > 0 && c.db.Stats().MaxOpenConnections < need {
 		return fmt.Errorf("bunqueue: the connection pool allows %d connections but the queues run %d workers; "+
-			"each worker holds a connection while it works, and Start and the handlers need more: "+
-			"raise SetMaxOpenConns to at least %d (or 0 for no limit)", max, total, total+2)
+			"each worker holds a connection while it has work, each of the %d queues one while it reads, and the app needs more: "+
+			"raise SetMaxOpenConns to at least %d (or 0 for no limit)", c.db.Stats().MaxOpenConnections, total, len(runners), need)
 	}
 	if err := c.dialect.CheckServer(ctx, c.db); err != nil {
 		return err

@@ -134,16 +134,17 @@ func TestStartRefusesAPoolTooSmallForTheWorkers(t *testing.T) {
 	require.NoError(t, c.Stop(t.Context()))
 	require.Equal(t, 3, count(t, admin, "SELECT COUNT(*) FROM bq_test_start_pool WHERE done = FALSE"), "nothing ran")
 
-	// The workers summed over queues count, and the bound is workers+2:
-	// two queues of 2 workers on a pool of 5 are refused, on 6 they run.
-	tight := dbtest.Open(t, 5)
+	// The workers summed over queues count, and the bound is workers +
+	// queues + 1: two queues of 2 workers on a pool of 6 are refused, on 7
+	// they run.
+	tight := dbtest.Open(t, 6)
 	c = newClient(t, tight,
 		startQueue[startPool]("pool-a", &bunqueue.QueueConfig[startPool]{Workers: 2}),
 		startQueue[startPool]("pool-b", &bunqueue.QueueConfig[startPool]{Workers: 2}))
-	require.ErrorContains(t, startMust(t, c, 5*time.Second), "allows 5 connections but the queues run 4 workers")
+	require.ErrorContains(t, startMust(t, c, 5*time.Second), "allows 6 connections but the queues run 4 workers")
 	require.NoError(t, c.Stop(t.Context()))
 
-	enough := dbtest.Open(t, 6)
+	enough := dbtest.Open(t, 7)
 	c = newClient(t, enough,
 		startQueue[startPool]("pool-a", &bunqueue.QueueConfig[startPool]{Workers: 2}),
 		startQueue[startPool]("pool-b", &bunqueue.QueueConfig[startPool]{Workers: 2}))

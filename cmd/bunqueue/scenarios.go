@@ -23,7 +23,7 @@ import (
 const workers = 16
 
 // poolSize is the connection pool of a scenario's *bun.DB: comfortably
-// above the workers (bunqueue needs workers + 2).
+// above the workers (bunqueue needs workers + queues + 1).
 const poolSize = workers + 16
 
 // fallbackCeiling stands in for the 16-connection commit ceiling when the
