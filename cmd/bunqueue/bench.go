@@ -50,11 +50,14 @@ type result struct {
 	Concurrency int      `json:"concurrency"`
 	ItemsPerSec float64  `json:"items_per_sec"`
 	Ratio       *float64 `json:"ratio_to_ceiling,omitempty"`
-	P50ms       *float64 `json:"p50_ms,omitempty"`
-	P95ms       *float64 `json:"p95_ms,omitempty"`
-	P99ms       *float64 `json:"p99_ms,omitempty"`
-	RSSKiB      int64    `json:"rss_kib"`
-	Note        string   `json:"note,omitempty"`
+	// Ceiling is the commit ceiling at the scenario's concurrency,
+	// measured again right before it: the ratio's denominator.
+	Ceiling *float64 `json:"ceiling_per_sec,omitempty"`
+	P50ms   *float64 `json:"p50_ms,omitempty"`
+	P95ms   *float64 `json:"p95_ms,omitempty"`
+	P99ms   *float64 `json:"p99_ms,omitempty"`
+	RSSKiB  int64    `json:"rss_kib"`
+	Note    string   `json:"note,omitempty"`
 }
 
 // report is what --json prints.
@@ -87,7 +90,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Measures, each for a fixed time, the database's commit ceiling and bunqueue's")
 		fmt.Fprintln(stderr, "throughput and latency, in tables named bench_* and jobs queues named bench_*")
-		fmt.Fprintln(stderr, "that it creates and removes.")
+		fmt.Fprintln(stderr, "that it creates and removes. Each throughput is given as a ratio to the commit")
+		fmt.Fprintln(stderr, "ceiling (BEGIN; UPDATE one row; COMMIT) at the same concurrency, measured again")
+		fmt.Fprintln(stderr, "right before the scenario, since a shared machine's load drifts over a run.")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
@@ -239,6 +244,17 @@ func (b *bench) run(ctx context.Context, selected []scenario) (*report, error) {
 		}
 		fmt.Fprintf(b.progress, "  %-18s %s … ", s.name, s.desc)
 		began := time.Now()
+		var ceiling float64
+		if !s.ceiling && !s.noRatio {
+			// The machine's load drifts over a run: the ratio is to the
+			// ceiling measured right before the scenario.
+			c, err := b.adjacentCeiling(ctx, s.ratioConcurrency())
+			if err != nil {
+				fmt.Fprintln(b.progress, "failed")
+				return nil, fmt.Errorf("scenario %s: the ceiling before it: %w", s.name, err)
+			}
+			ceiling = c
+		}
 		r, err := s.run(ctx, b)
 		if err != nil {
 			fmt.Fprintln(b.progress, "failed")
@@ -251,8 +267,11 @@ func (b *bench) run(ctx context.Context, selected []scenario) (*report, error) {
 		if s.ceiling {
 			b.ceiling[s.concurrency] = r.ItemsPerSec
 		}
-		if c, ok := b.ceiling[s.ratioConcurrency()]; ok && c > 0 && !s.noRatio {
-			ratio := r.ItemsPerSec / c
+		if ceiling > 0 {
+			ratio := r.ItemsPerSec / ceiling
+			r.Ratio, r.Ceiling = &ratio, &ceiling
+		} else if s.ceiling {
+			ratio := 1.0
 			r.Ratio = &ratio
 		}
 		b.results[s.name] = r
@@ -260,6 +279,16 @@ func (b *bench) run(ctx context.Context, selected []scenario) (*report, error) {
 		rep.Results = append(rep.Results, r)
 	}
 	return rep, nil
+}
+
+// adjacentCeiling measures the commit ceiling at concurrency n in a
+// short window (a fifth of the scenarios', at least a second).
+func (b *bench) adjacentCeiling(ctx context.Context, n int) (float64, error) {
+	duration, warmup := b.duration, b.warmup
+	defer func() { b.duration, b.warmup = duration, warmup }()
+	b.duration, b.warmup = max(duration/5, time.Second), min(warmup, 250*time.Millisecond)
+	r, err := b.commitCeiling(ctx, n)
+	return r.ItemsPerSec, err
 }
 
 // open returns a *bun.DB with a pool of at most maxConns connections, and
@@ -377,7 +406,7 @@ func printTable(w io.Writer, rep *report) {
 		rep.Server, rep.GoVersion, rep.NumCPU, time.Duration(rep.DurationS*float64(time.Second)),
 		time.Duration(rep.WarmupS*float64(time.Second)), rep.StartedUTC)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tconns\titems/s\t× ceiling\tp50 ms\tp95 ms\tp99 ms\tRSS MiB\t  note")
+	fmt.Fprintln(tw, "scenario\tconns\titems/s\tceiling/s\t× ceiling\tp50 ms\tp95 ms\tp99 ms\tRSS MiB\t  note")
 	opt := func(v *float64, format string) string {
 		if v == nil {
 			return "-"
@@ -385,8 +414,8 @@ func printTable(w io.Writer, rep *report) {
 		return fmt.Sprintf(format, *v)
 	}
 	for _, r := range rep.Results {
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%.1f\t  %s\n",
-			r.Scenario, r.Concurrency, r.ItemsPerSec, opt(r.Ratio, "%.2f"),
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.1f\t  %s\n",
+			r.Scenario, r.Concurrency, r.ItemsPerSec, opt(r.Ceiling, "%.0f"), opt(r.Ratio, "%.2f"),
 			opt(r.P50ms, "%.2f"), opt(r.P95ms, "%.2f"), opt(r.P99ms, "%.2f"),
 			float64(r.RSSKiB)/1024, r.Note)
 	}
