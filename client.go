@@ -43,6 +43,7 @@ type Client struct {
 	depthReg metric.Registration // the queue depth gauge's callback
 
 	watching atomic.Pointer[watch] // set by Start: the runners QueryHook wakes, by table
+	counts   counters              // what the workers did, for Stats
 }
 
 // NewClient returns a Client that works through db, a bun DB opened with
@@ -311,7 +312,7 @@ func (c *Client) work(ctx context.Context, r *runner, f *feed) {
 			continue
 		}
 		began := time.Now()
-		res := r.run(ctx, s, r.batch, keys)
+		res := c.counts.running(r.name, len(keys), func() batchResult { return r.run(ctx, s, r.batch, keys) }) // in flight, for Stats
 		s.failed(res.err)
 		f.finish(keys)
 		if r.selfSized && res.err == nil {

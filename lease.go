@@ -121,6 +121,7 @@ func (l *leaseRunner) claim(ctx context.Context, limit int, keys []candidate, re
 func (l *leaseRunner) runOne(ctx context.Context, keeper *leaseKeeper, row *jobRow, token string) (ierr error) {
 	key := fmt.Sprintf("id=%d", row.ID)
 	itemErr := func(err error) error { return &ItemError{Queue: l.queue, Key: key, Err: err} }
+	defer func() { l.c.finishedJob(l.queue, ierr) }() // counts for Client.Stats
 
 	tel := l.c.tel
 	sctx, span := tel.startBatch(ctx, l.queue)

@@ -40,6 +40,7 @@ func (q *Queue[T]) runBatch(ctx context.Context, s *session, limit int, keys []c
 		res = q.tryBatch(ctx, s, limit, keys)
 		return res.err
 	}, metric.WithAttributes(semconv.MessagingDestinationName(q.name)))
+	q.client.finishedBatch(q.name, res) // counts for Client.Stats
 	return res
 }
 

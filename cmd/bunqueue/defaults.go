@@ -48,18 +48,38 @@ func (b *bench) jobsDefaults(ctx context.Context) (result, error) {
 }
 
 // versus returns "; ×R what NAME (N/s; goal)" for the fastest of the
-// named results this run has, or "" if it has none.
+// named results this run has, or "" if it has none. Where both were
+// measured against a ceiling taken right before them, R compares their
+// ratios to those ceilings, not their raw rates.
 func (b *bench) versus(rate float64, what, goal string, names ...string) string {
-	best, bestName := 0.0, ""
+	var best *result
+	byRatio := b.adjacent > 0
 	for _, n := range names {
-		if r, ok := b.results[n]; ok && r.ItemsPerSec > best {
-			best, bestName = r.ItemsPerSec, n
+		r, ok := b.results[n]
+		if !ok {
+			continue
+		}
+		byRatio = byRatio && r.Ratio != nil && r.Ceiling != nil
+		if best == nil || r.ItemsPerSec > best.ItemsPerSec {
+			best = &r
 		}
 	}
-	if best <= 0 {
+	if best == nil || best.ItemsPerSec <= 0 {
 		return ""
 	}
-	s := fmt.Sprintf("; ×%.2f %s %s (%.0f/s", rate/best, what, bestName, best)
+	mine := rate / best.ItemsPerSec
+	if byRatio {
+		for _, n := range names {
+			if r, ok := b.results[n]; ok && *r.Ratio > *best.Ratio {
+				best = &r
+			}
+		}
+		mine = rate / b.adjacent / *best.Ratio
+	}
+	s := fmt.Sprintf("; ×%.2f %s %s (%.0f/s", mine, what, best.Scenario, best.ItemsPerSec)
+	if byRatio {
+		s += ", each as a ratio to its ceiling"
+	}
 	if goal != "" {
 		s += "; " + goal
 	}

@@ -6,10 +6,20 @@
 //
 // Commands:
 //
-//	bench   measure throughput and latency against a MySQL 8 / MariaDB server
-//	help    print this help
+//	migrate  create or upgrade the jobs tables (bunqueue_jobs, bunqueue_failed_jobs)
+//	stats    count the jobs of the jobs table per queue and kind: waiting, scheduled, failed
+//	failed   list, show, retry or delete failed jobs
+//	bench    measure throughput and latency against a MySQL 8 / MariaDB server
+//	help     print this help
 //
-// Run "bunqueue <command> -h" for the flags of a command.
+// Run "bunqueue <command> -h" for the flags of a command. Every command
+// reads the DSN from --dsn, else BUNQUEUE_MYSQL_DSN, else
+// root@tcp(127.0.0.1:3306)/test; --json prints its result as JSON.
+//
+// Exit codes: 0 success, 1 an error (the database cannot be reached, the
+// jobs tables are missing, a query failed), 2 a usage error, 3 an id
+// given to "failed show|retry|delete" is not a failed job's (the other
+// ids were dealt with).
 package main
 
 import (
@@ -22,7 +32,8 @@ import (
 	"os/signal"
 )
 
-// Exit codes: 0 success, 1 a runtime error, 2 a usage error.
+// Exit codes: 0 success, 1 a runtime error, 2 a usage error (and
+// exitNotFound, 3, in cli.go).
 const (
 	exitOK    = 0
 	exitError = 1
@@ -41,6 +52,9 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"migrate", "create or upgrade the jobs tables (bunqueue_jobs, bunqueue_failed_jobs)", runMigrate},
+		{"stats", "count the jobs of the jobs table per queue and kind: waiting, scheduled, failed", runStats},
+		{"failed", "list, show, retry or delete failed jobs", runFailed},
 		{"bench", "measure throughput and latency against a MySQL 8 / MariaDB server", runBench},
 	}
 }
@@ -84,7 +98,10 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  %-8s %s\n", "help", "print this help")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, `Run "bunqueue <command> -h" for the flags of a command.`)
+	fmt.Fprintln(w, `Run "bunqueue <command> -h" for the flags of a command. The DSN comes from --dsn,`)
+	fmt.Fprintln(w, "else BUNQUEUE_MYSQL_DSN, else "+defaultDSN+".")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Exit codes: 0 success, 1 error, 2 usage error, 3 a failed job's id was not found.")
 }
 
 // parseFlags parses a subcommand's flags. It returns the exit code to

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+)
+
+// exitNotFound is the exit code of a failed-jobs command given an id that
+// is not in the failed-jobs table.
+const exitNotFound = 3
+
+// parseWithArgs parses a subcommand's flags, which may come before, after
+// or between its positional arguments, and returns those arguments. It
+// returns the exit code to stop with, or -1 to go on.
+func parseWithArgs(fs *flag.FlagSet, args []string) ([]string, int) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, exitOK
+			}
+			return nil, exitUsage
+		}
+		if fs.NArg() == 0 {
+			return positional, -1
+		}
+		positional = append(positional, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// parseIDs parses failed-job ids.
+func parseIDs(fs *flag.FlagSet, args []string) ([]int64, bool) {
+	ids := make([]int64, 0, len(args))
+	for _, a := range args {
+		id, err := strconv.ParseInt(a, 10, 64)
+		if err != nil || id <= 0 {
+			fmt.Fprintf(fs.Output(), "%s: %q is not a failed job's id (a positive number)\n", fs.Name(), a)
+			return nil, false
+		}
+		ids = append(ids, id)
+	}
+	return ids, true
+}
+
+// writeJSON prints v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,283 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/stretchr/testify/require"
+
+	"github.com/bunqueue/bunqueue"
+	"github.com/bunqueue/bunqueue/internal/dbtest"
+)
+
+// cliArgsA and cliArgsB are two kinds of job for the CLI tests.
+type cliArgsA struct {
+	N int `json:"n"`
+}
+
+func (cliArgsA) Kind() string { return "cli_test_a" }
+
+type cliArgsB struct{}
+
+func (cliArgsB) Kind() string { return "cli_test_b" }
+
+// runWithEnv runs bin with args and extra environment variables.
+func runWithEnv(t *testing.T, env []string, bin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return out.String(), errOut.String(), exit.ExitCode()
+	}
+	require.NoError(t, err)
+	return out.String(), errOut.String(), 0
+}
+
+// dsnFor returns the tests' DSN pointed at another database.
+func dsnFor(t *testing.T, database string) string {
+	t.Helper()
+	cfg, err := mysql.ParseDSN(dbtest.DSN())
+	require.NoError(t, err)
+	cfg.DBName = database
+	return cfg.FormatDSN()
+}
+
+func TestCLI(t *testing.T) {
+	bin := buildBinary(t)
+	db := dbtest.Open(t, 4)
+	ctx := t.Context()
+
+	t.Run("help lists the commands and exit codes", func(t *testing.T) {
+		stdout, _, code := runBinary(t, bin, "help")
+		require.Equal(t, exitOK, code)
+		for _, c := range []string{"migrate", "stats", "failed", "bench", "Exit codes", "BUNQUEUE_MYSQL_DSN"} {
+			require.Contains(t, stdout, c)
+		}
+		stdout, _, code = runBinary(t, bin, "failed", "--help")
+		require.Equal(t, exitOK, code)
+		require.Contains(t, stdout, "retry")
+	})
+
+	t.Run("usage errors", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"failed"}, {"failed", "frob"}, {"failed", "retry"}, {"failed", "retry", "abc"},
+			{"failed", "show", "-3"}, {"failed", "list", "--limit", "0"}, {"stats", "--limit", "0"},
+			{"stats", "extra"}, {"migrate", "--nosuchflag"},
+		} {
+			_, stderr, code := runBinary(t, bin, args...)
+			require.Equal(t, exitUsage, code, "%v: %s", args, stderr)
+			require.NotEmpty(t, stderr, "%v", args)
+		}
+	})
+
+	t.Run("cannot connect: says where and how to change it", func(t *testing.T) {
+		_, stderr, code := runBinary(t, bin, "stats", "--dsn", "root@tcp(127.0.0.1:1)/test")
+		require.Equal(t, exitError, code)
+		require.Contains(t, stderr, "cannot connect")
+		require.Contains(t, stderr, "127.0.0.1:1")
+		require.Contains(t, stderr, "--dsn or BUNQUEUE_MYSQL_DSN")
+
+		_, stderr, code = runWithEnv(t, []string{"BUNQUEUE_MYSQL_DSN=root@tcp(127.0.0.1:1)/test"}, bin, "failed", "list")
+		require.Equal(t, exitError, code)
+		require.Contains(t, stderr, "127.0.0.1:1")
+		require.Contains(t, stderr, "from BUNQUEUE_MYSQL_DSN")
+
+		_, stderr, code = runBinary(t, bin, "migrate", "--dsn", "not a dsn")
+		require.Equal(t, exitError, code)
+		require.Contains(t, stderr, "not valid")
+	})
+
+	t.Run("missing tables, then migrate", func(t *testing.T) {
+		name := dbtest.Name("bqcli")
+		dbtest.Exec(t, db, "CREATE DATABASE "+name)
+		t.Cleanup(func() { _, _ = db.Exec("DROP DATABASE IF EXISTS " + name) })
+		dsn := dsnFor(t, name)
+
+		for _, args := range [][]string{{"stats"}, {"failed", "list"}, {"failed", "show", "1"}} {
+			_, stderr, code := runBinary(t, bin, append(args, "--dsn", dsn)...)
+			require.Equal(t, exitError, code, "%v", args)
+			require.Contains(t, stderr, "run `bunqueue migrate`", "%v", args)
+			require.Contains(t, stderr, name, "%v", args)
+		}
+
+		stdout, stderr, code := runBinary(t, bin, "migrate", "--dsn", dsn)
+		require.Equal(t, exitOK, code, stderr)
+		require.Contains(t, stdout, "from schema version 0 to 1")
+		stdout, stderr, code = runBinary(t, bin, "migrate", "--dsn", dsn, "--json")
+		require.Equal(t, exitOK, code, stderr)
+		var rep migrateReport
+		require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
+		require.Equal(t, migrateReport{Database: rep.Database, Before: 1, Version: 1}, rep)
+
+		stdout, stderr, code = runBinary(t, bin, "stats", "--dsn", dsn)
+		require.Equal(t, exitOK, code, stderr)
+		require.Contains(t, stdout, "no jobs")
+		stdout, stderr, code = runBinary(t, bin, "failed", "list", "--dsn", dsn, "--json")
+		require.Equal(t, exitOK, code, stderr)
+		require.JSONEq(t, `{"failed_jobs": [], "next_before_id": null}`, stdout)
+	})
+
+	t.Run("migrate --sql connects to nothing", func(t *testing.T) {
+		stdout, _, code := runBinary(t, bin, "migrate", "--sql", "--dsn", "root@tcp(127.0.0.1:1)/test")
+		require.Equal(t, exitOK, code)
+		require.Equal(t, bunqueue.MigrationSQL(), stdout)
+	})
+
+	// The shared test database, with this test's own queue.
+	require.NoError(t, bunqueue.Migrate(ctx, db))
+	queue := dbtest.Name("cli")
+	t.Cleanup(func() {
+		_, _ = db.Exec("DELETE FROM bunqueue_jobs WHERE queue = ?", queue)
+		_, _ = db.Exec("DELETE FROM bunqueue_failed_jobs WHERE queue = ?", queue)
+	})
+	client, err := bunqueue.NewClient(db, &bunqueue.Config{JobQueues: map[string]bunqueue.JobQueueConfig{queue: {}}})
+	require.NoError(t, err)
+	for i := range 3 {
+		_, err := client.Enqueue(ctx, db, cliArgsA{N: i}, &bunqueue.EnqueueOpts{Queue: queue})
+		require.NoError(t, err)
+	}
+	_, err = client.Enqueue(ctx, db, cliArgsB{}, &bunqueue.EnqueueOpts{Queue: queue, Delay: time.Hour})
+	require.NoError(t, err)
+	// Failed jobs, one of each kind, with what a terminal must not
+	// interpret.
+	now := time.Now().UTC()
+	failed := []*bunqueue.FailedJob{
+		{JobID: 1, Queue: queue, Kind: "cli_test_a", Args: []byte(`{"n":"\u001b[31mred"}`), Attempts: 25, MaxAttempts: 25,
+			Error: "boom \x1b[2J cleared\nsecond line", CreatedAt: now, FailedAt: now},
+		{JobID: 2, Queue: queue, Kind: "cli_test_b", Args: []byte(`{}`), Attempts: 1, MaxAttempts: 25,
+			Error: "cancelled", CreatedAt: now, FailedAt: now},
+	}
+	for _, f := range failed {
+		_, err := db.NewInsert().Model(f).Exec(ctx)
+		require.NoError(t, err)
+	}
+	dsn := dbtest.DSN()
+
+	t.Run("stats", func(t *testing.T) {
+		stdout, stderr, code := runBinary(t, bin, "stats", "--dsn", dsn, "--json", "--queue", queue)
+		require.Equal(t, exitOK, code, stderr)
+		var rep statsReport
+		require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
+		require.Len(t, rep.Queues, 1, stdout)
+		q := rep.Queues[0]
+		require.Equal(t, queue, q.Queue)
+		require.Equal(t, []int{3, 1, 2}, []int{q.Waiting, q.Scheduled, q.Failed}, stdout)
+		require.False(t, q.Capped)
+		require.NotNil(t, q.OldestWaitingSeconds)
+		require.GreaterOrEqual(t, *q.OldestWaitingSeconds, 0.0)
+		require.Less(t, *q.OldestWaitingSeconds, 600.0)
+		require.Equal(t, []kindStats{
+			{Kind: "cli_test_a", Waiting: 3, Failed: 1},
+			{Kind: "cli_test_b", Scheduled: 1, Failed: 1},
+		}, q.Kinds)
+
+		stdout, stderr, code = runBinary(t, bin, "stats", "--dsn", dsn, "--json", "--queue", queue, "--limit", "2")
+		require.Equal(t, exitOK, code, stderr)
+		require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
+		require.True(t, rep.Queues[0].Capped, stdout)
+		require.Equal(t, 2, rep.Queues[0].Waiting+rep.Queues[0].Scheduled, "counted at most --limit jobs")
+
+		stdout, stderr, code = runBinary(t, bin, "stats", "--dsn", dsn)
+		require.Equal(t, exitOK, code, stderr)
+		require.Contains(t, stdout, "OLDEST WAITING")
+		require.Contains(t, stdout, queue)
+	})
+
+	var ids []int64
+	t.Run("failed list pages", func(t *testing.T) {
+		stdout, stderr, code := runBinary(t, bin, "failed", "list", "--dsn", dsn, "--json", "--queue", queue, "--limit", "1")
+		require.Equal(t, exitOK, code, stderr)
+		var page failedList
+		require.NoError(t, json.Unmarshal([]byte(stdout), &page), stdout)
+		require.Len(t, page.FailedJobs, 1)
+		require.Equal(t, failed[1].ID, page.FailedJobs[0].ID, "newest first")
+		require.NotNil(t, page.NextBeforeID)
+		require.JSONEq(t, `{}`, string(page.FailedJobs[0].Args))
+
+		stdout, stderr, code = runBinary(t, bin, "failed", "list", "--dsn", dsn, "--json", "--queue", queue,
+			"--before", strconv.FormatInt(*page.NextBeforeID, 10))
+		require.Equal(t, exitOK, code, stderr)
+		require.NoError(t, json.Unmarshal([]byte(stdout), &page), stdout)
+		require.Len(t, page.FailedJobs, 1)
+		require.Nil(t, page.NextBeforeID)
+		f := page.FailedJobs[0]
+		require.Equal(t, failed[0].ID, f.ID)
+		require.Equal(t, failed[0].Error, f.Error, "JSON keeps the error as it is")
+		require.JSONEq(t, string(failed[0].Args), string(f.Args))
+
+		stdout, stderr, code = runBinary(t, bin, "failed", "list", "--dsn", dsn, "--queue", queue, "--kind", "cli_test_a")
+		require.Equal(t, exitOK, code, stderr)
+		require.Contains(t, stdout, strconv.FormatInt(failed[0].ID, 10))
+		require.NotContains(t, stdout, "\x1b", "control characters are escaped for the terminal")
+		require.Contains(t, stdout, `boom \u001b[2J cleared …`)
+		require.NotContains(t, stdout, "second line")
+		ids = []int64{failed[0].ID, failed[1].ID}
+	})
+
+	t.Run("failed show", func(t *testing.T) {
+		id := strconv.FormatInt(failed[0].ID, 10)
+		stdout, stderr, code := runBinary(t, bin, "failed", "show", id, "--dsn", dsn)
+		require.Equal(t, exitOK, code, stderr)
+		require.NotContains(t, stdout, "\x1b")
+		require.Contains(t, stdout, `{"n":"\u001b[31mred"}`, "the payload byte for byte (its JSON escape is printable)")
+		require.Contains(t, stdout, "second line")
+		require.Contains(t, stdout, "25 of 25")
+
+		stdout, stderr, code = runBinary(t, bin, "failed", "show", "--json", id, "999999999999", "--dsn", dsn)
+		require.Equal(t, exitNotFound, code, stderr)
+		require.Contains(t, stderr, "no failed job with id 999999999999")
+		var shown []failedJob
+		require.NoError(t, json.Unmarshal([]byte(stdout), &shown), stdout)
+		require.Len(t, shown, 1)
+		require.Equal(t, failed[0].ID, shown[0].ID)
+	})
+
+	t.Run("failed retry and delete", func(t *testing.T) {
+		stdout, stderr, code := runBinary(t, bin, "failed", "retry", "--dsn", dsn, "--json", strconv.FormatInt(ids[0], 10))
+		require.Equal(t, exitOK, code, stderr)
+		var res []actionResult
+		require.NoError(t, json.Unmarshal([]byte(stdout), &res), stdout)
+		require.Len(t, res, 1)
+		require.True(t, res[0].OK)
+		require.Equal(t, queue, res[0].Queue)
+		require.Positive(t, res[0].NewJobID)
+		var back struct {
+			Queue string
+			Kind  string
+			Args  []byte
+		}
+		require.NoError(t, db.NewRaw("SELECT queue, kind, args FROM bunqueue_jobs WHERE id = ?", res[0].NewJobID).Scan(ctx, &back))
+		require.Equal(t, queue, back.Queue)
+		require.Equal(t, "cli_test_a", back.Kind)
+		require.Equal(t, failed[0].Args, back.Args, "the payload is back byte for byte")
+
+		stdout, stderr, code = runBinary(t, bin, "failed", "retry", "--dsn", dsn, strconv.FormatInt(ids[0], 10))
+		require.Equal(t, exitNotFound, code, "retried already: %s", stdout)
+		require.Contains(t, stderr, "no failed job with id")
+
+		stdout, stderr, code = runBinary(t, bin, "failed", "delete", "--dsn", dsn, strconv.FormatInt(ids[1], 10))
+		require.Equal(t, exitOK, code, stderr)
+		require.Contains(t, stdout, "deleted failed job")
+		_, _, code = runBinary(t, bin, "failed", "delete", "--dsn", dsn, strconv.FormatInt(ids[1], 10))
+		require.Equal(t, exitNotFound, code)
+
+		var left int
+		require.NoError(t, db.NewRaw("SELECT COUNT(*) FROM bunqueue_failed_jobs WHERE queue = ?", queue).Scan(context.Background(), &left))
+		require.Zero(t, left)
+		stdout, _, _ = runBinary(t, bin, "stats", "--dsn", dsn, "--queue", queue)
+		require.True(t, strings.Contains(stdout, queue), stdout)
+	})
+}

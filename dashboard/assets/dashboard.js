@@ -1,0 +1,128 @@
+// The bunqueue dashboard's script: it refreshes the page's data without a
+// reload, and posts Retry and Delete without leaving the page. The page
+// works without it (forms post and come back; reload to refresh).
+(function () {
+  "use strict";
+
+  var body = document.body;
+  var interval = parseInt(body.getAttribute("data-refresh-ms"), 10) || 5000;
+  var query = body.getAttribute("data-query") || "";
+  var live = document.getElementById("live");
+  var notice = document.getElementById("notice");
+  var status = document.getElementById("status");
+  var seq = 0; // only the newest refresh is applied
+  var timer = null;
+
+  function say(message, bad) {
+    notice.textContent = message;
+    notice.hidden = !message;
+    notice.className = bad ? "bad" : "";
+  }
+
+  function setStatus(text, bad) {
+    status.textContent = text;
+    status.className = bad ? "bad" : "";
+  }
+
+  // refresh fetches the live part of the page, rendered and escaped by the
+  // server, and puts it in place, keeping open details open.
+  function refresh() {
+    var mine = ++seq;
+    return fetch("fragment" + (query ? "?" + query : ""), {
+      credentials: "same-origin",
+      headers: { "Accept": "text/html" },
+      cache: "no-store"
+    }).then(function (r) {
+      if (!r.ok) {
+        throw new Error("HTTP " + r.status);
+      }
+      return r.text();
+    }).then(function (html) {
+      if (mine !== seq) {
+        return; // a newer refresh is on its way
+      }
+      var doc = new DOMParser().parseFromString(html, "text/html");
+      var fresh = doc.getElementById("live-data");
+      if (!fresh) {
+        throw new Error("unexpected answer");
+      }
+      live.querySelectorAll("details[open]").forEach(function (d) {
+        var same = d.id && fresh.querySelector("#" + CSS.escape(d.id));
+        if (same) {
+          same.open = true;
+        }
+      });
+      live.replaceChildren(document.adoptNode(fresh));
+      var when = new Date(fresh.getAttribute("data-generated"));
+      setStatus("Updated " + when.toISOString().replace("T", " ").slice(0, 19) + " UTC", false);
+    }).catch(function (e) {
+      if (mine === seq) {
+        setStatus("Could not refresh (" + e.message + "); trying again", true);
+      }
+    });
+  }
+
+  function schedule() {
+    clearTimeout(timer);
+    timer = setTimeout(tick, interval);
+  }
+
+  function tick() {
+    var typing = document.activeElement && live.contains(document.activeElement) &&
+      document.activeElement.tagName === "INPUT";
+    if (document.hidden || typing) {
+      schedule();
+      return;
+    }
+    refresh().then(schedule);
+  }
+
+  // Retry and Delete, posted with the form's CSRF token.
+  live.addEventListener("submit", function (ev) {
+    var form = ev.target;
+    var action = form.getAttribute("data-action");
+    if (!action) {
+      return; // the filter: an ordinary GET
+    }
+    ev.preventDefault();
+    var id = form.elements.id.value;
+    if (action === "delete" && !window.confirm("Delete failed job " + id + " for good?")) {
+      return;
+    }
+    var buttons = form.parentNode.querySelectorAll("button");
+    buttons.forEach(function (b) { b.disabled = true; });
+    seq++; // a refresh already under way shows the job as it was
+    fetch(form.getAttribute("action"), {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Accept": "application/json" },
+      body: new URLSearchParams(new FormData(form))
+    }).then(function (r) {
+      return r.json().then(function (res) {
+        if (!r.ok || !res.ok) {
+          throw new Error(res.error || "HTTP " + r.status);
+        }
+        return res;
+      });
+    }).then(function (res) {
+      say(action === "retry"
+        ? "Failed job " + res.id + " is back in its queue as job " + res.new_job_id + "."
+        : "Failed job " + res.id + " was deleted.", false);
+      var item = document.getElementById("failed-" + res.id);
+      if (item) {
+        item.remove();
+      }
+      return refresh();
+    }).catch(function (e) {
+      say("Failed job " + id + ": " + e.message, true);
+      buttons.forEach(function (b) { b.disabled = false; });
+    });
+  });
+
+  document.addEventListener("visibilitychange", function () {
+    if (!document.hidden) {
+      tick();
+    }
+  });
+  schedule();
+}());

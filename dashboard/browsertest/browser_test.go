@@ -1,0 +1,183 @@
+package browsertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+
+	"github.com/bunqueue/bunqueue"
+	"github.com/bunqueue/bunqueue/dashboard"
+	"github.com/bunqueue/bunqueue/internal/dbtest"
+)
+
+// chromium returns the browser to run: $BUNQUEUE_CHROMIUM, else the
+// first of the usual names found on the PATH, else "".
+func chromium() string {
+	if p := os.Getenv("BUNQUEUE_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// signupArgs is the example's job: a welcome email, whose sender is
+// broken until fixed is set.
+type signupArgs struct {
+	Name string `json:"name"`
+}
+
+func (signupArgs) Kind() string { return "browser_welcome" }
+
+// The dashboard of a running client, in headless Chromium: a failed job
+// is listed with its hostile payload shown as text, Retry puts it back
+// (the job then runs and succeeds) and it leaves the failed list, and the
+// page refreshes its figures by itself, without a reload.
+func TestDashboardInBrowser(t *testing.T) {
+	browser := chromium()
+	if browser == "" {
+		t.Skip("no Chromium found (install the Debian package chromium, or set BUNQUEUE_CHROMIUM to a Chrome or Chromium binary): the dashboard's browser test does not run")
+	}
+	began := time.Now()
+	db := dbtest.Open(t, 0)
+	require.NoError(t, bunqueue.Migrate(t.Context(), db))
+	queue := dbtest.Name("browser")
+	t.Cleanup(func() {
+		_, _ = db.Exec("DELETE FROM bunqueue_jobs WHERE queue = ?", queue)
+		_, _ = db.Exec("DELETE FROM bunqueue_failed_jobs WHERE queue = ?", queue)
+	})
+
+	// The example app: one jobs queue, a worker that fails for good until
+	// it is fixed.
+	client, err := bunqueue.NewClient(db, &bunqueue.Config{
+		PollInterval: 100 * time.Millisecond,
+		JobQueues:    map[string]bunqueue.JobQueueConfig{queue: {Workers: 1}},
+	})
+	require.NoError(t, err)
+	var fixed atomic.Bool
+	require.NoError(t, bunqueue.AddWorker(client, bunqueue.WorkerFunc[signupArgs](func(ctx context.Context, db bun.IDB, job *bunqueue.Job[signupArgs]) error {
+		if !fixed.Load() {
+			return bunqueue.Cancel(errors.New(`smtp: 550 <img src=x onerror="window.pwned=1"> rejected`))
+		}
+		return nil
+	})))
+	require.NoError(t, client.Start(t.Context()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		require.NoError(t, client.Stop(ctx))
+	})
+	mux := http.NewServeMux()
+	mux.Handle("/bunqueue/", http.StripPrefix("/bunqueue", dashboard.New(client, &dashboard.Options{
+		AllowActions: true, RefreshInterval: time.Second,
+	})))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	payload := `{"name":"<script>window.pwned=1</script>"}`
+	_, err = client.Enqueue(t.Context(), db, signupArgs{Name: "<script>window.pwned=1</script>"}, &bunqueue.EnqueueOpts{Queue: queue})
+	require.NoError(t, err)
+	var failedID int64
+	require.Eventually(t, func() bool {
+		err := db.NewRaw("SELECT id FROM bunqueue_failed_jobs WHERE queue = ?", queue).Scan(t.Context(), &failedID)
+		return err == nil && failedID > 0
+	}, 10*time.Second, 20*time.Millisecond, "the job fails for good")
+	// Go's JSON encoder escapes < and >; a payload written by other means
+	// need not, and the failed jobs keep its bytes as they are.
+	_, err = db.NewRaw("UPDATE bunqueue_failed_jobs SET args = ? WHERE id = ?", []byte(payload), failedID).Exec(t.Context())
+	require.NoError(t, err)
+
+	// The browser.
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.WindowSize(1200, 900))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancelTab := chromedp.NewContext(allocCtx)
+	defer cancelTab()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx); err != nil { // starts the browser
+		t.Fatalf("start %s: %v", browser, err)
+	}
+	var mu sync.Mutex
+	var console []chromedp.ConsoleMessage
+	messages := chromedp.Console(ctx)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			console = append(console, m)
+			mu.Unlock()
+		}
+	}()
+
+	row := fmt.Sprintf("#failed-%d", failedID)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/bunqueue/?queue="+queue),
+		chromedp.WaitVisible(chromedp.CSS(row)),
+		chromedp.Evaluate[chromedp.Void](`window.sameDocument = true`),
+	))
+	head, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(row+" .job-error")))
+	require.NoError(t, err)
+	require.Contains(t, head, `<img src=x onerror="window.pwned=1"> rejected`, "the error, as text")
+	shown, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS(row+" .payload")))
+	require.NoError(t, err)
+	require.Equal(t, payload, shown, "the payload, as text")
+	pwned, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.pwned === 1 || document.querySelector("#live img, #live script") !== null`))
+	require.NoError(t, err)
+	require.False(t, pwned, "nothing in the payload or the error ran or became an element")
+
+	// Fix the worker, then Retry from the page.
+	fixed.Store(true)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.CSS(row+" button.retry")),
+		chromedp.WaitNotPresent(chromedp.CSS(row)),
+		chromedp.WaitVisible(chromedp.ID("notice")),
+	))
+	notice, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("notice")))
+	require.NoError(t, err)
+	require.Contains(t, notice, fmt.Sprintf("Failed job %d is back in its queue as job", failedID))
+	var left int
+	require.NoError(t, db.NewRaw("SELECT COUNT(*) FROM bunqueue_failed_jobs WHERE id = ?", failedID).Scan(t.Context(), &left))
+	require.Zero(t, left, "the failed job is gone from the table too")
+
+	// The retried job runs and completes; the page's own refresh shows it
+	// in the queue's figures, in the same document.
+	processed := fmt.Sprintf(`tr[data-queue=%q] td:nth-of-type(4)`, queue)
+	done, err := chromedp.Run(ctx, chromedp.Poll[bool](fmt.Sprintf(
+		`(() => { const td = document.querySelector(%q); return td !== null && td.textContent.trim() === "1"; })()`, processed),
+		chromedp.WithPollingTimeout(15*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
+	require.NoError(t, err, "the queue's processed count reaches 1 without a reload")
+	require.True(t, done)
+	same, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.sameDocument === true`))
+	require.NoError(t, err)
+	require.True(t, same, "refreshed without a reload")
+	status, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("status")))
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(status, "Updated "), status)
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, m := range console {
+		require.False(t, m.IsException(), "no script error: %s", m)
+		require.NotContains(t, strings.ToLower(m.String()), "content security policy", "no CSP violation: %s", m)
+	}
+	t.Logf("browser test took %s", time.Since(began).Round(time.Millisecond))
+}

@@ -1,0 +1,179 @@
+// Package dashboard serves a web page that shows the queues of a
+// bunqueue Client and its failed jobs, for an app to mount on its own
+// HTTP server:
+//
+//	mux.Handle("/bunqueue/", http.StripPrefix("/bunqueue", dashboard.New(client, nil)))
+//
+// The page shows each queue of the client (its table or the jobs table,
+// depth, rows in flight, rows processed and failed in the last minute and
+// hour, workers), the latest failures in this process, and the failed
+// jobs, newest first, a page at a time, with their payload, error,
+// attempts and time. It refreshes itself every Options.RefreshInterval
+// without reloading. GET data.json returns the same data as JSON.
+//
+// The handler has no authentication of its own: put the app's in front
+// of it. With Options.AllowActions, each failed job gets Retry and Delete
+// buttons (POST requests that need the page's CSRF token); they are off
+// by default.
+//
+// Everything shown is escaped: payloads and errors are untrusted. The
+// page loads nothing from other hosts, and its Content-Security-Policy
+// allows only its own script and style.
+package dashboard
+
+import (
+	"crypto/rand"
+	"embed"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/bunqueue/bunqueue"
+)
+
+// Defaults of Options.
+const (
+	// RefreshIntervalDefault is how often the page refreshes its data.
+	RefreshIntervalDefault = 5 * time.Second
+	// PageSizeDefault is how many failed jobs one page lists.
+	PageSizeDefault = 25
+)
+
+// Options configure the dashboard. A nil *Options, and its zero value,
+// mean defaults.
+type Options struct {
+	// AllowActions shows Retry and Delete buttons on failed jobs and
+	// accepts them: POST requests that carry the page's CSRF token
+	// (a signed token, in a SameSite=Strict cookie and in the form, that
+	// must match) and that the browser does not mark as cross-origin.
+	// Defaults to false: the dashboard only reads.
+	AllowActions bool
+	// Title is the page's title. Defaults to "bunqueue".
+	Title string
+	// RefreshInterval is how often the page fetches fresh data. Defaults
+	// to RefreshIntervalDefault; at least one second.
+	RefreshInterval time.Duration
+	// PageSize is how many failed jobs one page lists, 1 to 1000.
+	// Defaults to PageSizeDefault.
+	PageSize int
+	// CSRFKey signs the CSRF tokens. Defaults to a random key made by
+	// New: set the same key (32 random bytes) on every instance of the app
+	// behind one load balancer, so that a token from one is good at the
+	// others.
+	CSRFKey []byte
+}
+
+//go:embed templates/*.html
+var templateFiles embed.FS
+
+//go:embed assets
+var assetFiles embed.FS
+
+// handler is the dashboard of one client.
+type handler struct {
+	client  *bunqueue.Client
+	opts    Options
+	key     []byte
+	pages   *template.Template
+	assets  http.Handler
+	origins *http.CrossOriginProtection
+
+	mu     sync.Mutex
+	cached []bunqueue.QueueStats // the last Stats, to spare the database when many pages refresh
+	cerr   error
+	when   time.Time
+}
+
+// New returns the dashboard of client as an http.Handler that serves its
+// pages at "/" and below: mount it with http.StripPrefix. opts may be nil
+// for defaults. It panics if client is nil or opts are out of range.
+func New(client *bunqueue.Client, opts *Options) http.Handler {
+	if client == nil {
+		panic("dashboard: New: client must not be nil")
+	}
+	o := Options{}
+	if opts != nil {
+		o = *opts
+	}
+	if o.Title == "" {
+		o.Title = "bunqueue"
+	}
+	if o.RefreshInterval == 0 {
+		o.RefreshInterval = RefreshIntervalDefault
+	}
+	if o.RefreshInterval < time.Second {
+		panic("dashboard: Options.RefreshInterval must be at least one second")
+	}
+	if o.PageSize == 0 {
+		o.PageSize = PageSizeDefault
+	}
+	if o.PageSize < 1 || o.PageSize > 1000 {
+		panic("dashboard: Options.PageSize must be within 1..1000")
+	}
+	key := o.CSRFKey
+	if len(key) == 0 {
+		key = make([]byte, 32)
+		_, _ = rand.Read(key)
+	}
+	assets, err := fs.Sub(assetFiles, "assets")
+	if err != nil {
+		panic(err)
+	}
+	return &handler{
+		client:  client,
+		opts:    o,
+		key:     key,
+		pages:   template.Must(template.New("").Funcs(funcs).ParseFS(templateFiles, "templates/*.html")),
+		assets:  http.StripPrefix("/assets/", http.FileServerFS(assets)),
+		origins: http.NewCrossOriginProtection(),
+	}
+}
+
+// ServeHTTP implements http.Handler.
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hdr := w.Header()
+	hdr.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "+
+		"img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	hdr.Set("X-Frame-Options", "DENY")
+	hdr.Set("Referrer-Policy", "same-origin")
+	path := r.URL.Path
+	switch {
+	case path == "/" || path == "":
+		h.get(w, r, h.page)
+	case path == "/fragment":
+		h.get(w, r, h.fragment)
+	case path == "/data.json":
+		h.get(w, r, h.json)
+	case path == "/retry" || path == "/delete":
+		h.action(w, r, path[1:])
+	case len(path) > len("/assets/") && path[:len("/assets/")] == "/assets/":
+		h.get(w, r, h.assets.ServeHTTP)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// get serves r with serve if it is a GET or HEAD.
+func (h *handler) get(w http.ResponseWriter, r *http.Request, serve http.HandlerFunc) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	serve(w, r)
+}
+
+// stats returns the client's stats, read at most once a second.
+func (h *handler) stats(r *http.Request) ([]bunqueue.QueueStats, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if time.Since(h.when) < time.Second {
+		return h.cached, h.cerr
+	}
+	h.cached, h.cerr = h.client.Stats(r.Context())
+	h.when = time.Now()
+	return h.cached, h.cerr
+}

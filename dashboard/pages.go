@@ -1,0 +1,225 @@
+package dashboard
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bunqueue/bunqueue"
+)
+
+// view is what the templates get.
+type view struct {
+	*Data
+	Title     string
+	RefreshMS int64
+	CSRF      string
+	Notice    string
+	Query     string // the filter as a query string, for the refresh
+}
+
+var funcs = template.FuncMap{
+	"depth": func(n int) string {
+		switch {
+		case n < 0:
+			return "?"
+		case n >= bunqueue.QueueDepthLimit:
+			return strconv.Itoa(n) + "+"
+		}
+		return strconv.Itoa(n)
+	},
+	"ago": func(t, now time.Time) string {
+		d := now.Sub(t).Round(time.Second)
+		if d < 0 {
+			d = 0
+		}
+		return d.String() + " ago"
+	},
+	"stamp": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05") },
+	"iso":   func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
+	// page returns the query string of a page of failed jobs.
+	"page": func(f Filter, before *int64) string {
+		q := url.Values{}
+		if f.Queue != "" {
+			q.Set("queue", f.Queue)
+		}
+		if f.Kind != "" {
+			q.Set("kind", f.Kind)
+		}
+		if before != nil {
+			q.Set("before", strconv.FormatInt(*before, 10))
+		}
+		if len(q) == 0 {
+			return "./"
+		}
+		return "./?" + q.Encode()
+	},
+	"firstLine": func(s string) string {
+		line, _, more := strings.Cut(s, "\n")
+		if r := []rune(line); len(r) > 120 {
+			line, more = string(r[:120]), true
+		}
+		if more {
+			line += " …"
+		}
+		return line
+	},
+}
+
+// view returns the template data of r.
+func (h *handler) view(w http.ResponseWriter, r *http.Request) *view {
+	d := h.data(r)
+	v := &view{Data: d, Title: h.opts.Title, RefreshMS: h.opts.RefreshInterval.Milliseconds(), Notice: notice(r.URL.Query())}
+	if h.opts.AllowActions {
+		v.CSRF = h.csrfToken(w, r)
+	}
+	q := url.Values{}
+	if d.Filter.Queue != "" {
+		q.Set("queue", d.Filter.Queue)
+	}
+	if d.Filter.Kind != "" {
+		q.Set("kind", d.Filter.Kind)
+	}
+	if d.Filter.BeforeID > 0 {
+		q.Set("before", strconv.FormatInt(d.Filter.BeforeID, 10))
+	}
+	v.Query = q.Encode()
+	return v
+}
+
+// notice is the message shown after an action that the browser posted
+// without the page's script (and was redirected back): only numbers come
+// from the query, the words are the dashboard's.
+func notice(q url.Values) string {
+	id, err := strconv.ParseInt(q.Get("id"), 10, 64)
+	if err != nil {
+		return ""
+	}
+	switch q.Get("done") {
+	case "retry":
+		job, _ := strconv.ParseInt(q.Get("job"), 10, 64)
+		return fmt.Sprintf("Failed job %d is back in its queue as job %d.", id, job)
+	case "delete":
+		return fmt.Sprintf("Failed job %d was deleted.", id)
+	}
+	return ""
+}
+
+func (h *handler) page(w http.ResponseWriter, r *http.Request) {
+	h.render(w, "page", h.view(w, r))
+}
+
+func (h *handler) fragment(w http.ResponseWriter, r *http.Request) {
+	h.render(w, "live", h.view(w, r))
+}
+
+func (h *handler) render(w http.ResponseWriter, name string, v *view) {
+	var b bytes.Buffer
+	if err := h.pages.ExecuteTemplate(&b, name, v); err != nil {
+		http.Error(w, "dashboard: render: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(b.Bytes())
+}
+
+func (h *handler) json(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, h.data(r))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// ActionResult is the JSON answer to POST retry or delete, for a request
+// that accepts application/json.
+type ActionResult struct {
+	OK bool  `json:"ok"`
+	ID int64 `json:"id"`
+	// NewJobID is the job's id in bunqueue_jobs after a retry.
+	NewJobID int64  `json:"new_job_id,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+// action runs POST retry or delete on the failed job of the form's id.
+func (h *handler) action(w http.ResponseWriter, r *http.Request, what string) {
+	wantsJSON := strings.Contains(r.Header.Get("Accept"), "application/json")
+	refuse := func(status int, msg string) {
+		if wantsJSON {
+			writeJSON(w, status, ActionResult{Error: msg})
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(status)
+		fmt.Fprintf(w, "bunqueue dashboard: %s\n", msg)
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		refuse(http.StatusMethodNotAllowed, "use POST")
+		return
+	}
+	if !h.opts.AllowActions {
+		refuse(http.StatusForbidden, "actions are off: the app turns them on with dashboard.Options.AllowActions")
+		return
+	}
+	if err := h.origins.Check(r); err != nil {
+		refuse(http.StatusForbidden, "cross-origin request refused")
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 4096)
+	if !h.checkCSRF(r) {
+		refuse(http.StatusForbidden, "missing or invalid CSRF token: reload the page and try again")
+		return
+	}
+	id, err := strconv.ParseInt(r.PostFormValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		refuse(http.StatusBadRequest, "the form's id is not a failed job's id")
+		return
+	}
+	res := ActionResult{ID: id}
+	switch what {
+	case "retry":
+		res.NewJobID, err = h.client.RetryFailed(r.Context(), id)
+	case "delete":
+		err = h.client.DeleteFailed(r.Context(), id)
+	}
+	switch {
+	case errors.Is(err, bunqueue.ErrFailedJobNotFound):
+		refuse(http.StatusNotFound, fmt.Sprintf("no failed job with id %d (retried or deleted already?)", id))
+		return
+	case err != nil:
+		refuse(http.StatusInternalServerError, err.Error())
+		return
+	}
+	res.OK = true
+	if wantsJSON {
+		writeJSON(w, http.StatusOK, res)
+		return
+	}
+	back := url.Values{"done": {what}, "id": {strconv.FormatInt(id, 10)}}
+	if res.NewJobID > 0 {
+		back.Set("job", strconv.FormatInt(res.NewJobID, 10))
+	}
+	for _, k := range []string{"queue", "kind", "before"} {
+		if v := r.PostFormValue(k); v != "" {
+			back.Set(k, v)
+		}
+	}
+	// Relative to the request's URL, as the browser sees it: http.Redirect
+	// would resolve it against the path left by http.StripPrefix.
+	w.Header().Set("Location", "./?"+back.Encode())
+	w.WriteHeader(http.StatusSeeOther)
+}

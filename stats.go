@@ -1,0 +1,290 @@
+package bunqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// QueueKind tells a queue over one of the app's tables from a queue of
+// the jobs table.
+type QueueKind string
+
+// Kinds of queue, the values of QueueStats.Kind.
+const (
+	// QueueKindTable is a queue over a table of the app's, declared with
+	// NewQueue or NewBatchQueue.
+	QueueKindTable QueueKind = "table"
+	// QueueKindJobs is a queue of the jobs table, one of Config.JobQueues.
+	QueueKindJobs QueueKind = "jobs"
+)
+
+// QueueStats is what Client.Stats tells of one queue: its settings, its
+// depth in the database, and what this process's workers did with it.
+type QueueStats struct {
+	// Name is the queue's name.
+	Name string `json:"name"`
+	// Kind says whether the queue is over a table of the app's or the
+	// jobs table.
+	Kind QueueKind `json:"kind"`
+	// Table is the queue's table: the model's, or bunqueue_jobs.
+	Table string `json:"table"`
+	// Workers is the number of worker goroutines the queue has in this
+	// process once the client is started.
+	Workers int `json:"workers"`
+	// Depth is the number of rows (or due jobs) waiting in the queue and
+	// not locked, counted up to QueueDepthLimit, as the
+	// bunqueue.queue.depth gauge counts them; -1 when it could not be
+	// counted (Stats then returns the error too).
+	Depth int `json:"depth"`
+	// InFlight is the number of rows or jobs this process's workers hold
+	// now.
+	InFlight int `json:"in_flight"`
+	// ProcessedLastMinute and ProcessedLastHour count the rows and jobs
+	// this process's workers completed, over the last minute (to the
+	// second) and the last hour (to the minute).
+	ProcessedLastMinute int64 `json:"processed_last_minute"`
+	ProcessedLastHour   int64 `json:"processed_last_hour"`
+	// FailedLastMinute and FailedLastHour count the rows and jobs whose
+	// handler or worker failed in this process (an error, a panic, a row
+	// that stayed in its queue, a lost lease; a job that will be retried
+	// counts too, a snoozed job does not), over the same windows.
+	FailedLastMinute int64 `json:"failed_last_minute"`
+	FailedLastHour   int64 `json:"failed_last_hour"`
+}
+
+// Stats returns a snapshot of the client's queues: first the queues over
+// the app's tables, in the order they were added, then, if workers were
+// added with AddWorker, the jobs queues of Config.JobQueues by name. The
+// depths are read from the database, one capped count per queue (each
+// locks the rows it counts, skipping locked ones, for one statement); the
+// other figures are this process's, kept in memory since NewClient. Stats
+// only reads, and may be called before Start and after Stop. If a depth
+// cannot be counted, that queue's Depth is -1 and the error is returned
+// with the stats of every queue.
+func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
+	c.mu.Lock()
+	queues := slices.Clone(c.queues)
+	jobs := len(c.kinds) > 0
+	c.mu.Unlock()
+
+	type source struct {
+		stats QueueStats
+		depth func(ctx context.Context, limit int) (int, error)
+	}
+	var sources []source
+	for _, q := range queues {
+		r := q.runner()
+		sources = append(sources, source{QueueStats{Name: r.name, Kind: QueueKindTable, Table: r.table.Name, Workers: r.workers}, r.depth})
+	}
+	if jobs {
+		names := make([]string, 0, len(c.cfg.JobQueues))
+		for name := range c.cfg.JobQueues {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			sources = append(sources, source{QueueStats{Name: name, Kind: QueueKindJobs, Table: "bunqueue_jobs",
+				Workers: c.cfg.JobQueues[name].Workers}, c.jobDepth(name)})
+		}
+	}
+
+	out := make([]QueueStats, len(sources))
+	var errs []error
+	now := time.Now()
+	for i, s := range sources {
+		st := s.stats
+		n, err := s.depth(ctx, QueueDepthLimit)
+		if err != nil {
+			n = -1
+			errs = append(errs, fmt.Errorf("bunqueue: stats of queue %q: %w", st.Name, err))
+		}
+		st.Depth = n
+		c.counts.read(&st, now)
+		out[i] = st
+	}
+	return out, errors.Join(errs...)
+}
+
+// Failure is a recent failure of a row or job in this process, as
+// Client.RecentFailures returns it.
+type Failure struct {
+	// Queue is the queue's name.
+	Queue string `json:"queue"`
+	// Key names the row by its primary key, such as "id=42" (a job's id
+	// for jobs queues).
+	Key string `json:"key"`
+	// Error is the failure's message, cut to RecentFailureBytes.
+	Error string `json:"error"`
+	// At is when the failure was counted, by this process's clock.
+	At time.Time `json:"at"`
+}
+
+// RecentFailuresLimit is how many failures Client.RecentFailures keeps,
+// and RecentFailureBytes how much of each one's message.
+const (
+	RecentFailuresLimit = 100
+	RecentFailureBytes  = 4096
+)
+
+// RecentFailures returns the latest failures of rows and jobs in this
+// process (at most RecentFailuresLimit, newest first): those counted in
+// QueueStats.FailedLastMinute and FailedLastHour. Failures of queues over
+// the app's own tables are only logged otherwise; a failed job is also in
+// the failed jobs once it has used up its attempts (see FailedJobs).
+func (c *Client) RecentFailures() []Failure {
+	c.counts.mu.Lock()
+	defer c.counts.mu.Unlock()
+	out := slices.Clone(c.counts.recent)
+	slices.Reverse(out)
+	return out
+}
+
+// counters are a client's in-memory counts behind Stats, by queue name.
+// The zero value is ready to use.
+type counters struct {
+	mu     sync.Mutex
+	queues map[string]*queueCounts
+	recent []Failure // oldest first
+}
+
+// queueCounts are one queue's counts.
+type queueCounts struct {
+	inFlight int
+	seconds  window // by unix second
+	minutes  window // by unix minute
+}
+
+// window counts events in 60 slots of one unit of time each.
+type window struct {
+	at        [60]int64 // the unit each slot counts
+	processed [60]int64
+	failed    [60]int64
+}
+
+func (w *window) add(unit, processed, failed int64) {
+	i := unit % 60
+	if w.at[i] != unit {
+		w.at[i], w.processed[i], w.failed[i] = unit, 0, 0
+	}
+	w.processed[i] += processed
+	w.failed[i] += failed
+}
+
+// sum adds up the slots of the 60 units up to and including unit.
+func (w *window) sum(unit int64) (processed, failed int64) {
+	for i := range w.at {
+		if w.at[i] <= unit && w.at[i] > unit-60 {
+			processed += w.processed[i]
+			failed += w.failed[i]
+		}
+	}
+	return processed, failed
+}
+
+// queue returns the counts of queue. Call with m.mu held.
+func (m *counters) queue(name string) *queueCounts {
+	if m.queues == nil {
+		m.queues = map[string]*queueCounts{}
+	}
+	q := m.queues[name]
+	if q == nil {
+		q = &queueCounts{}
+		m.queues[name] = q
+	}
+	return q
+}
+
+// add counts rows or jobs of queue that finished at now: processed of
+// them completed, and the errors of the others.
+func (m *counters) add(queue string, processed int, errs []error, now time.Time) {
+	var failures []Failure
+	for _, err := range errs {
+		if isFailure(err) {
+			failures = append(failures, failure(queue, err, now))
+		}
+	}
+	if processed == 0 && len(failures) == 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	q := m.queue(queue)
+	q.seconds.add(now.Unix(), int64(processed), int64(len(failures)))
+	q.minutes.add(now.Unix()/60, int64(processed), int64(len(failures)))
+	m.recent = append(m.recent, failures...)
+	if over := len(m.recent) - RecentFailuresLimit; over > 0 {
+		m.recent = append(m.recent[:0], m.recent[over:]...)
+	}
+}
+
+// failure describes err, an item's error, as a Failure.
+func failure(queue string, err error, now time.Time) Failure {
+	f := Failure{Queue: queue, At: now}
+	var ie *ItemError
+	if errors.As(err, &ie) && ie.Err != nil {
+		f.Key, err = ie.Key, ie.Err
+	}
+	f.Error = err.Error()
+	if len(f.Error) > RecentFailureBytes {
+		f.Error = strings.ToValidUTF8(f.Error[:RecentFailureBytes], "")
+	}
+	return f
+}
+
+// read fills in st's in-memory figures, as of now.
+func (m *counters) read(st *QueueStats, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	q := m.queues[st.Name]
+	if q == nil {
+		return
+	}
+	st.InFlight = q.inFlight
+	st.ProcessedLastMinute, st.FailedLastMinute = q.seconds.sum(now.Unix())
+	st.ProcessedLastHour, st.FailedLastHour = q.minutes.sum(now.Unix() / 60)
+}
+
+// running counts n rows of queue in flight while run runs: a worker's
+// batch, from the hand-over of its keys until its transaction ended.
+func (m *counters) running(queue string, n int, run func() batchResult) batchResult {
+	m.mu.Lock()
+	m.queue(queue).inFlight += n
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.queue(queue).inFlight -= n
+		m.mu.Unlock()
+	}()
+	return run()
+}
+
+// finishedBatch counts what a claim transaction of queue did, once it
+// ended: its completed rows, and its failed ones if it committed (a batch
+// that did not commit put its rows back as they were).
+func (c *Client) finishedBatch(queue string, res batchResult) {
+	if res.err == nil {
+		c.counts.add(queue, res.done, res.itemErrs, time.Now())
+	}
+}
+
+// finishedJob counts one lease-mode job of queue, once it ended with err
+// (nil: completed).
+func (c *Client) finishedJob(queue string, err error) {
+	if err == nil {
+		c.counts.add(queue, 1, nil, time.Now())
+	} else {
+		c.counts.add(queue, 0, []error{err}, time.Now())
+	}
+}
+
+// isFailure reports whether an item's error counts as a failure in Stats:
+// a snooze does not, nor a job given back because the client stopped.
+func isFailure(err error) bool {
+	var snooze *snoozeError
+	return !errors.As(err, &snooze) && !errors.Is(err, context.Canceled)
+}
