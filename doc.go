@@ -220,11 +220,22 @@
 //   - parseTime=true&loc=UTC in the DSN, so that DATETIME columns scan into
 //     time.Time as UTC.
 //   - A connection pool with room for the workers: Start refuses a pool
-//     whose SetMaxOpenConns is below the sum of all queues' workers plus 2
-//     (0, no limit, is fine).
+//     whose SetMaxOpenConns is below the sum of all queues' workers, plus
+//     one per queue (its feed's reads), plus one (0, no limit, is fine).
 //   - An index that serves the queue's query: its WHERE columns, then its
-//     ORDER BY columns. Without one, a scan or a filesort under FOR UPDATE
-//     can lock every matching row, not just the rows it returns: other
-//     workers then find nothing, and writers wait. Start does not check
-//     this; look at EXPLAIN.
+//     ORDER BY columns. Without one, every read of the queue scans or
+//     sorts its waiting rows. Start runs EXPLAIN on each queue's read and
+//     warns, naming an index that would serve it, or refuses to start
+//     with [Config.StrictQueryPlans].
+//
+// # Operating
+//
+// [Client.Stats] reports each queue's workers, depth, rows in flight and
+// rows processed and failed over the last minute and hour in this process;
+// [Client.RecentFailures] the latest failures. Package
+// github.com/bunqueue/bunqueue/dashboard serves them, and the failed jobs
+// with Retry and Delete, as an http.Handler to mount behind the app's own
+// authentication. The command github.com/bunqueue/bunqueue/cmd/bunqueue
+// migrates, reports the jobs table's stats, lists, shows, retries and
+// deletes failed jobs, and measures throughput (bench).
 package bunqueue
