@@ -119,6 +119,7 @@ func TestBatchHandlerFailureIsolatesTheBadRow(t *testing.T) {
 		}
 		return nil
 	}, &bunqueue.QueueConfig[failItem]{
+		Workers:   1,
 		BatchSize: 10,
 		Hooks:     []any{hook},
 		OnError: func(ctx context.Context, tx bun.Tx, it *failItem, err error) error {
@@ -225,7 +226,7 @@ func TestBatchHandlerThatKeepsARowUndoesTheBatch(t *testing.T) {
 		first.Store(false)
 		_, err := tx.NewUpdate().Model((*keepItem)(nil)).Set("attempts = attempts + 1").Set("status = 'done'").Where("id IN (?)", bun.List(ids)).Exec(ctx)
 		return err
-	}, &bunqueue.QueueConfig[keepItem]{BatchSize: 5, Cooldown: 50 * time.Millisecond}))
+	}, &bunqueue.QueueConfig[keepItem]{Workers: 1, BatchSize: 5, Cooldown: 50 * time.Millisecond}))
 	start(t, c)
 	eventually(t, 10*time.Second, func() bool {
 		return count(t, db, "SELECT COUNT(*) FROM bq_test_batch_keep WHERE status = 'done'") == 5

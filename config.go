@@ -16,8 +16,9 @@ import (
 
 // Defaults used where a Config or QueueConfig field is left zero.
 const (
-	// WorkersDefault is the number of worker goroutines per queue.
-	WorkersDefault = 1
+	// WorkersDefault is the number of worker goroutines per queue. Each
+	// holds a database connection while it has work.
+	WorkersDefault = 4
 	// BatchSizeDefault is the most rows one transaction claims when
 	// BatchSize is left zero. Such a queue sizes its batches itself: each
 	// worker starts with one row per transaction, doubles its batch while

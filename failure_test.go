@@ -177,7 +177,7 @@ func TestStuckRowInABatch(t *testing.T) {
 			}
 			_, err := tx.NewUpdate().Model(it).Set("status = 'done'").WherePK().Exec(ctx)
 			return err
-		}, &bunqueue.QueueConfig[item]{BatchSize: 10, Cooldown: time.Hour})
+		}, &bunqueue.QueueConfig[item]{Workers: 1, BatchSize: 10, Cooldown: time.Hour})
 	start(t, newClient(t, db, q))
 	eventually(t, 10*time.Second, func() bool {
 		return count(t, db, "SELECT COUNT(*) FROM bq_test_stuck_batch WHERE status = 'done'") == 4

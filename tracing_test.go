@@ -652,7 +652,7 @@ func TestTracingBatchSpans(t *testing.T) {
 		handled.Add(1)
 		return markDone(ctx, tx, item)
 	}
-	q := tracedQueue(name, handler, &bunqueue.QueueConfig[traceBatchItem]{BatchSize: 5, TraceColumn: "traceparent"})
+	q := tracedQueue(name, handler, &bunqueue.QueueConfig[traceBatchItem]{Workers: 1, BatchSize: 5, TraceColumn: "traceparent"})
 	c := tel.client(t, db, bunqueue.Config{}, q)
 
 	requests := map[string]trace.SpanContext{}
@@ -739,7 +739,7 @@ func TestTracingBatchHandler(t *testing.T) {
 			}
 			_, err := tx.NewUpdate().Model((*traceBatchFnItem)(nil)).Set("status = 'done'").Where("id IN (?)", bun.List(ids)).Exec(ctx)
 			return err
-		}, &bunqueue.QueueConfig[traceBatchFnItem]{BatchSize: 5, TraceColumn: "traceparent"})
+		}, &bunqueue.QueueConfig[traceBatchFnItem]{Workers: 1, BatchSize: 5, TraceColumn: "traceparent"})
 	c := tel.client(t, db, bunqueue.Config{}, q)
 	var requests []trace.SpanContext
 	for range 5 {

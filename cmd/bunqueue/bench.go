@@ -40,9 +40,8 @@ type bench struct {
 	large int // rows of the large-backlog scenarios (backlog-1m, memory-1m)
 	burst int // rows of the post-burst scenarios' bursts
 
-	ceiling  map[int]float64   // commit ceiling by concurrency, once measured
-	adjacent float64           // the ceiling measured right before the running scenario
-	results  map[string]result // the scenarios run so far, by name
+	ceiling map[int]float64   // commit ceiling by concurrency, once measured
+	results map[string]result // the scenarios run so far, by name
 }
 
 // result is one row of the output table.
@@ -256,7 +255,6 @@ func (b *bench) run(ctx context.Context, selected []scenario) (*report, error) {
 			}
 			ceiling = c
 		}
-		b.adjacent = ceiling
 		r, err := s.run(ctx, b)
 		if err != nil {
 			fmt.Fprintln(b.progress, "failed")

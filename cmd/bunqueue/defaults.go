@@ -48,38 +48,20 @@ func (b *bench) jobsDefaults(ctx context.Context) (result, error) {
 }
 
 // versus returns "; ×R what NAME (N/s; goal)" for the fastest of the
-// named results this run has, or "" if it has none. Where both were
-// measured against a ceiling taken right before them, R compares their
-// ratios to those ceilings, not their raw rates.
+// named results this run has, or "" if it has none. R compares raw rates
+// of scenarios run minutes apart: the ratios to their own ceilings, taken
+// in short windows, were noisier than that on a loaded machine.
 func (b *bench) versus(rate float64, what, goal string, names ...string) string {
-	var best *result
-	byRatio := b.adjacent > 0
+	best, bestName := 0.0, ""
 	for _, n := range names {
-		r, ok := b.results[n]
-		if !ok {
-			continue
-		}
-		byRatio = byRatio && r.Ratio != nil && r.Ceiling != nil
-		if best == nil || r.ItemsPerSec > best.ItemsPerSec {
-			best = &r
+		if r, ok := b.results[n]; ok && r.ItemsPerSec > best {
+			best, bestName = r.ItemsPerSec, n
 		}
 	}
-	if best == nil || best.ItemsPerSec <= 0 {
+	if best <= 0 {
 		return ""
 	}
-	mine := rate / best.ItemsPerSec
-	if byRatio {
-		for _, n := range names {
-			if r, ok := b.results[n]; ok && *r.Ratio > *best.Ratio {
-				best = &r
-			}
-		}
-		mine = rate / b.adjacent / *best.Ratio
-	}
-	s := fmt.Sprintf("; ×%.2f %s %s (%.0f/s", mine, what, best.Scenario, best.ItemsPerSec)
-	if byRatio {
-		s += ", each as a ratio to its ceiling"
-	}
+	s := fmt.Sprintf("; ×%.2f %s %s (%.0f/s", rate/best, what, bestName, best)
 	if goal != "" {
 		s += "; " + goal
 	}
