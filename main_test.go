@@ -12,5 +12,9 @@ func TestMain(m *testing.M) {
 		// Re-executed by a kill test (lease_test.go) as a worker process.
 		os.Exit(runLeaseWorkerProcess())
 	}
+	if os.Getenv(relWorkerEnv) != "" {
+		// Re-executed by the reliability suite (reliability_sigkill_test.go).
+		os.Exit(runRelWorkerProcess())
+	}
 	goleak.VerifyTestMain(m)
 }
