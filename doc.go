@@ -186,7 +186,11 @@
 //     takes it out commits.
 //   - Never two workers on one row at a time: the row's lock is held for
 //     the whole of its handler, and the lock is the server's, so this holds
-//     across processes and hosts.
+//     across processes and hosts, for as long as the worker's connection
+//     lives. If the server ends the connection (KILL, wait_timeout, a
+//     network failure) while the handler is busy outside the database,
+//     the row is free again and another worker may take it while the first
+//     handler runs on; none of the first handler's writes can commit.
 //   - Database writes made through the item's tx happen exactly once,
 //     together with the change that takes the row out of the queue: they
 //     commit together or not at all.
