@@ -2,6 +2,7 @@ package bunqueue_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -42,7 +43,7 @@ func TestQueueDepthGauge(t *testing.T) {
 			}
 			_, err := tx.NewUpdate().Model(it).Set("done = TRUE").WherePK().Exec(ctx)
 			return err
-		}, nil)
+		}, &bunqueue.QueueConfig[depthItem]{Workers: 1})
 	require.NoError(t, c.Add(q))
 
 	depth := func() (int64, bool) {
@@ -67,8 +68,10 @@ func TestQueueDepthGauge(t *testing.T) {
 
 	start(t, c)
 	<-holding
+	var once sync.Once
+	defer once.Do(func() { close(release) }) // even if an assertion fails: Stop waits for the handler
 	n, found := depth()
 	require.True(t, found)
 	require.Equal(t, int64(6), n, "seven waiting, one locked by the worker")
-	close(release)
+	once.Do(func() { close(release) })
 }

@@ -42,7 +42,7 @@ func TestOrderIsHonouredWithOneWorker(t *testing.T) {
 			mu.Unlock()
 			_, err := tx.NewUpdate().Model(r).Set("done = TRUE").WherePK().Exec(ctx)
 			return err
-		}, nil)
+		}, &bunqueue.QueueConfig[orderTask]{Workers: 1})
 	start(t, newClient(t, db, q))
 	eventually(t, 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return len(seen) == 5 }, "all five processed")
 	mu.Lock()

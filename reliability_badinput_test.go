@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -382,17 +381,6 @@ func relBadConfig(t *testing.T, admin *bun.DB) {
 	require.Zero(t, rep.Lost)
 }
 
-// relBugsEnv, set to 1, runs the tests of engine bugs this suite found
-// that are not fixed yet (they fail until the fix is in).
-const relBugsEnv = "BUNQUEUE_RELIABILITY_BUGS"
-
-func relKnownBug(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv(relBugsEnv) != "1" {
-		t.Skipf("known engine bug, not fixed yet: %s (run with %s=1)", what, relBugsEnv)
-	}
-}
-
 type relUnreadableItem struct {
 	bun.BaseModel `bun:"table:bq_rel_unreadable,alias:i"`
 	ID            int64 `bun:",pk"`
@@ -406,7 +394,6 @@ type relUnreadableItem struct {
 // reported as that row's failure, naming it, and cooled down like any
 // failing row; its batch-mates should not fail with it.
 func TestReliabilityUnreadableRow(t *testing.T) {
-	relKnownBug(t, "a row that cannot be scanned into the model fails its whole batch, unnamed, again and again")
 	relParallel(t)
 	db := dbtest.Open(t, 0)
 	createTable(t, db, "bq_rel_unreadable", "id BIGINT PRIMARY KEY, status VARCHAR(8) NOT NULL DEFAULT 'waiting', "+

@@ -16,9 +16,7 @@ package bunqueue_test
 // In the long part the tests run one at a time (not t.Parallel), so that
 // the restart does not cut the others' runs and the figures are not
 // skewed by each other. BUNQUEUE_RELIABILITY_REPORT appends each
-// scenario's row, as Markdown, to that file. BUNQUEUE_RELIABILITY_BUGS=1
-// also runs the tests of engine bugs the suite found and that are not
-// fixed yet (they fail until they are).
+// scenario's row, as Markdown, to that file.
 //
 // The scenarios: reliability_sigkill_test.go (1: worker processes killed
 // with SIGKILL), reliability_serverkill_test.go (2: KILL of worker

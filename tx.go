@@ -40,6 +40,19 @@ func (q *Queue[T]) runBatch(ctx context.Context, s *session, limit int, keys []c
 		res = q.tryBatch(ctx, s, limit, keys)
 		return res.err
 	}, metric.WithAttributes(semconv.MessagingDestinationName(q.name)))
+	if len(keys) > 1 && res.claimed == 0 && q.client.dialect.Local(errors.Unwrap(res.err)) {
+		// A row of the batch cannot be loaded into the model: claim the
+		// keys one by one, so that it fails alone and the others run.
+		var all batchResult
+		for _, k := range keys {
+			r := q.runBatch(ctx, s, 1, []candidate{k})
+			all.claimed += r.claimed
+			all.done += r.done
+			all.itemErrs = append(all.itemErrs, r.itemErrs...)
+			all.err = errors.Join(all.err, r.err)
+		}
+		return all
+	}
 	q.client.finishedBatch(q.name, res) // counts for Client.Stats
 	return res
 }
@@ -104,6 +117,15 @@ func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []c
 	items, err := q.claim(ctx, tx, limit, keys)
 	if err != nil {
 		res.err = fmt.Errorf("bunqueue: queue %q: claim: %w", q.name, err)
+		if len(keys) == 1 && q.client.dialect.Local(err) {
+			// The row cannot be loaded into the model (a value that does
+			// not fit it): its failure, not the batch's.
+			res.err = nil
+			k := keys[0]
+			res.itemErrs = append(res.itemErrs, &ItemError{Queue: q.name, Key: k.id,
+				Err:      fmt.Errorf("the row cannot be loaded into the model: %w", err),
+				Cooldown: q.cool.Add(k.id, k.vals, time.Now())})
+		}
 		return res
 	}
 	res.claimed = len(items)
@@ -329,6 +351,11 @@ func (q *Queue[T]) claim(ctx context.Context, tx bun.Tx, limit int, keys []candi
 		sel = q.exceptKeys(sel, got)
 	}
 	if err := sel.For(q.client.dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		if keys != nil && q.client.dialect.Local(err) {
+			// A row at the head cannot be loaded into the model: the feed
+			// hands it out by key, where it fails alone.
+			return items, nil
+		}
 		return nil, err
 	}
 	return append(items, more...), nil

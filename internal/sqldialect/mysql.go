@@ -3,8 +3,11 @@ package sqldialect
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"time"
 
@@ -161,4 +164,25 @@ func (MySQL) PrimaryKey(ctx context.Context, db bun.IDB, schema, table string) (
 		return nil, fmt.Errorf("bunqueue: read the primary key of %s: %w", table, err)
 	}
 	return cols, nil
+}
+
+// Local implements Dialect.
+func (MySQL) Local(err error) bool {
+	var me *mysql.MySQLError
+	var ne net.Error
+	switch {
+	case err == nil,
+		errors.As(err, &me),
+		errors.As(err, &ne),
+		errors.Is(err, driver.ErrBadConn),
+		errors.Is(err, mysql.ErrInvalidConn),
+		errors.Is(err, sql.ErrConnDone),
+		errors.Is(err, sql.ErrTxDone),
+		errors.Is(err, io.EOF),
+		errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, context.Canceled),
+		errors.Is(err, context.DeadlineExceeded):
+		return false
+	}
+	return true
 }

@@ -24,6 +24,10 @@ type Dialect interface {
 	// CheckTable checks that the table exists and that its storage engine
 	// takes row locks. schema may be empty for the connection's database.
 	CheckTable(ctx context.Context, db *bun.DB, schema, table string) error
+	// Local reports whether err arose in this process, such as a value
+	// that does not fit the model, rather than on the server, on the
+	// connection or from a cancelled context.
+	Local(err error) bool
 	// PrimaryKey returns the columns of the table's primary key, in
 	// order; none when it has no primary key.
 	PrimaryKey(ctx context.Context, db bun.IDB, schema, table string) ([]string, error)
