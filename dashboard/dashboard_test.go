@@ -271,7 +271,7 @@ func TestJSON(t *testing.T) {
 	require.False(t, d.ActionsEnabled)
 	require.WithinDuration(t, time.Now(), d.GeneratedAt, time.Minute)
 	require.Equal(t, []bunqueue.QueueStats{
-		{Name: "dash-table", Kind: bunqueue.QueueKindTable, Table: "bq_test_dashboard", Workers: 1, Depth: d.Queues[0].Depth},
+		{Name: "dash-table", Kind: bunqueue.QueueKindTable, Table: "bq_test_dashboard", Workers: bunqueue.WorkersDefault, Depth: d.Queues[0].Depth},
 		{Name: f.queue, Kind: bunqueue.QueueKindJobs, Table: "bunqueue_jobs", Workers: 2},
 	}, d.Queues)
 	require.Equal(t, []string{"name", "kind", "table", "workers", "depth", "in_flight", "processed_last_minute",
