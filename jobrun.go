@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -39,8 +38,8 @@ func (c *Client) jobRunners() []*runner {
 			l := &leaseRunner{c: c, queue: name, cfg: qc, hooks: h, jobs: jobsQueue(c, name, leaseHandler, nil)}
 			runners = append(runners, &runner{
 				name: name, workers: qc.Workers, batch: qc.BatchSize, selfSized: qc.selfSized, poll: qc.PollInterval,
-				wake: make(chan struct{}, 1), fetch: c.jobCandidates(name), run: l.run, depth: c.jobDepth(name),
-				explain: c.jobPlanRead(name),
+				wake: make(chan struct{}, 1), fetch: l.jobs.candidates, run: l.run, depth: l.jobs.Count,
+				explain: l.jobs.planRead,
 			})
 			continue
 		}
@@ -99,23 +98,6 @@ func (c *Client) jobDepth(queue string) func(ctx context.Context, limit int) (in
 		return c.countUnlocked(ctx, queue, limit, func(tx bun.Tx) *bun.SelectQuery {
 			return jobQuery(queue)(tx.NewSelect().Model((*jobRow)(nil))).Column("id")
 		})
-	}
-}
-
-// jobCandidates reads, with a plain read that locks nothing, the ids of the
-// due jobs of a queue, in their order.
-func (c *Client) jobCandidates(queue string) func(ctx context.Context, limit int) ([]candidate, error) {
-	return func(ctx context.Context, limit int) ([]candidate, error) {
-		var ids []int64
-		err := jobQuery(queue)(c.db.NewSelect().Model((*jobRow)(nil)).Comment(readComment(queue))).Column("id").Limit(int64(limit)).Scan(ctx, &ids)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return nil, fmt.Errorf("bunqueue: queue %q: read waiting jobs: %w", queue, err)
-		}
-		keys := make([]candidate, len(ids))
-		for i, id := range ids {
-			keys[i] = candidate{id: "id=" + strconv.FormatInt(id, 10), vals: []any{id}}
-		}
-		return keys, nil
 	}
 }
 

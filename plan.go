@@ -3,7 +3,6 @@ package bunqueue
 import (
 	"context"
 	"fmt"
-	"reflect"
 	"strings"
 
 	"github.com/uptrace/bun"
@@ -82,11 +81,4 @@ func (c *Client) checkPlans(ctx context.Context, runners []*runner) error {
 // candidates sends it, without its LIMIT), and the queue's table.
 func (q *Queue[T]) planRead() (*bun.SelectQuery, *schema.Table) {
 	return q.query(q.client.db.NewSelect().Model((*T)(nil))).Column(q.pkNames()...), q.table
-}
-
-// jobPlanRead is planRead for a lease-mode jobs queue.
-func (c *Client) jobPlanRead(queue string) func() (*bun.SelectQuery, *schema.Table) {
-	return func() (*bun.SelectQuery, *schema.Table) {
-		return jobQuery(queue)(c.db.NewSelect().Model((*jobRow)(nil))).Column("id"), c.db.Table(reflect.TypeFor[jobRow]())
-	}
 }

@@ -56,13 +56,6 @@ func (s *session) failed(err error) {
 	}
 }
 
-// idle ends the session if it has not begun a transaction for d.
-func (s *session) idle(d time.Duration) {
-	if s != nil && s.conn != nil && time.Since(s.used) >= d {
-		s.end()
-	}
-}
-
 // end closes the session's connection, out of the pool.
 func (s *session) end() {
 	if s.conn != nil {
