@@ -284,7 +284,7 @@ func (c *Client) work(ctx context.Context, r *runner, f *feed) {
 	if r.selfSized {
 		size = 1
 	}
-	s := &session{db: c.db}
+	s := &session{db: c.db, dialect: c.dialect}
 	defer s.end()
 	for {
 		select {

@@ -90,7 +90,10 @@ type JobQueueConfig struct {
 	// Ignored in lock mode.
 	Lease time.Duration
 	// Timeout bounds one attempt of a job: its context is cancelled after
-	// Timeout, and the attempt fails. In lease mode it must be below
+	// Timeout, and the attempt fails. In lock mode, a statement cut short
+	// by the cancellation takes the claim transaction down: the session
+	// is ended (KILL) and the failed attempt recorded in a transaction of
+	// its own (see QueueConfig.Timeout). In lease mode it must be below
 	// Lease. Zero means no timeout.
 	Timeout time.Duration
 	// PollInterval is how long an idle worker waits before it looks again.
@@ -190,6 +193,18 @@ type QueueConfig[T any] struct {
 	// itself, if longer), ±10% jitter. Defaults to
 	// CooldownDefault.
 	Cooldown time.Duration
+
+	// Timeout bounds one call of the handler (with the queue's hooks):
+	// its context is cancelled after Timeout, and a call that then fails
+	// is the row's failure, as any other. A statement cut short by the
+	// cancellation takes its transaction down with its connection; the
+	// server session is then ended (KILL), which releases the batch's
+	// rows, and the failure is recorded through OnError in a transaction
+	// of its own. A handler that returns nil after its Timeout has
+	// succeeded. A batch handler's call is bounded as a whole. Zero (the
+	// default) means no timeout. A handler that ignores its context is
+	// not stopped: it holds its worker and its rows until it returns.
+	Timeout time.Duration
 
 	// Hooks are lifecycle hooks called around every item of this queue,
 	// after the client's: values that implement HookWorkBegin,
@@ -324,6 +339,8 @@ func (c *QueueConfig[T]) validate(queue string) error {
 		return field("PollInterval", c.PollInterval)
 	case c.Cooldown < 0:
 		return field("Cooldown", c.Cooldown)
+	case c.Timeout < 0:
+		return field("Timeout", c.Timeout)
 	}
 	return nil
 }

@@ -96,6 +96,11 @@ func TestConfigErrorsNameTheProblem(t *testing.T) {
 			want: "QueueConfig.Cooldown must not be negative, got -1ms",
 		},
 		{
+			name: "negative Timeout",
+			run:  addOne(&bunqueue.QueueConfig[configModel]{Timeout: -time.Second}),
+			want: "QueueConfig.Timeout must not be negative, got -1s",
+		},
+		{
 			name: "duplicate queue name on one client",
 			run: func(t *testing.T) error {
 				c := newConfigClient(t)

@@ -2,7 +2,6 @@ package bunqueue
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -45,10 +44,10 @@ func (c *Client) jobRunners() []*runner {
 		}
 		q := jobsQueue(c, name,
 			func(ctx context.Context, tx bun.Tx, row *jobRow) error {
-				return c.runLocked(ctx, tx, row, qc.Timeout, h)
+				return c.runLocked(ctx, tx, row, h)
 			},
 			&QueueConfig[jobRow]{
-				Workers: qc.Workers, BatchSize: batchSize(qc), PollInterval: qc.PollInterval,
+				Workers: qc.Workers, BatchSize: batchSize(qc), PollInterval: qc.PollInterval, Timeout: qc.Timeout,
 				OnError: func(ctx context.Context, tx bun.Tx, row *jobRow, cause error) error {
 					_, err := c.failJob(ctx, tx, row, row.Attempts+1, cause, "")
 					return err
@@ -102,34 +101,16 @@ func (c *Client) jobDepth(queue string) func(ctx context.Context, limit int) (in
 }
 
 // runLocked runs a job in lock mode, inside the claim transaction, and
-// completes it there.
-func (c *Client) runLocked(ctx context.Context, tx bun.Tx, row *jobRow, timeout time.Duration, h hooks) error {
+// completes it there. ctx carries the queue's Timeout: a completion after
+// it fails the attempt.
+func (c *Client) runLocked(ctx context.Context, tx bun.Tx, row *jobRow, h hooks) error {
 	run := c.kinds[row.Kind]
-	var connID int64
-	if timeout > 0 {
-		// See failLostTx: a timeout may cost the job its transaction.
-		if err := tx.NewRaw("SELECT CONNECTION_ID()").Scan(ctx, &connID); err != nil {
-			return err
-		}
-	}
-	jctx, cancel := withTimeout(ctx, timeout)
-	err := h.run(jctx, func() *WorkInfo { return row.workInfo(row.Attempts + 1) }, func() error {
+	err := h.run(ctx, func() *WorkInfo { return row.workInfo(row.Attempts + 1) }, func() error {
 		if run == nil {
 			return errNoWorker(row.Kind)
 		}
-		return run(jctx, tx, row, row.Attempts+1)
+		return run(ctx, tx, row, row.Attempts+1)
 	})
-	timedOut := errors.Is(jctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
-	cancel()
-	if timedOut {
-		if _, perr := tx.ExecContext(ctx, "DO 0"); perr != nil {
-			if err == nil {
-				err = jctx.Err()
-			}
-			c.failLostTx(ctx, row, connID, err)
-			return err
-		}
-	}
 	if err != nil {
 		return err
 	}
@@ -137,51 +118,8 @@ func (c *Client) runLocked(ctx context.Context, tx bun.Tx, row *jobRow, timeout 
 	return err
 }
 
-// failLostTx records a failed attempt of a lock-mode job whose transaction
-// was lost to its timeout: the driver closes the connection of a query
-// whose context ends, and the server may run that query on, holding the
-// job's row lock, until it finishes; the failure could then never be
-// written in the claim transaction, and the job would run again and again
-// without using its attempts. failLostTx ends that server session, then
-// records the failure in a transaction of its own, unless the job was
-// finished or its failure recorded by another worker meanwhile.
-func (c *Client) failLostTx(ctx context.Context, row *jobRow, connID int64, cause error) {
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
-	defer cancel()
-	log := c.cfg.Logger.With("queue", row.Queue, "job_id", row.ID)
-	if _, err := c.db.NewRaw("KILL CONNECTION ?", connID).Exec(fctx); err != nil {
-		log.DebugContext(ctx, "bunqueue: end the session of a timed-out job", "error", err)
-	}
-	err := c.retry(fctx, func() error {
-		return c.db.RunInTx(fctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) error {
-			var ids []int64
-			if err := tx.NewRaw("SELECT id FROM bunqueue_jobs WHERE id = ? AND state = ? AND attempts = ? FOR UPDATE",
-				row.ID, jobWaiting, row.Attempts).Scan(ctx, &ids); err != nil && !errors.Is(err, sql.ErrNoRows) {
-				return err
-			}
-			if len(ids) == 0 {
-				return nil
-			}
-			_, err := c.failJob(ctx, tx, row, row.Attempts+1, cause, "")
-			return err
-		})
-	})
-	if err != nil {
-		log.ErrorContext(ctx, "bunqueue: record the failure of a timed-out job whose transaction was lost", "error", err, "cause", cause)
-		return
-	}
-	log.WarnContext(ctx, "bunqueue: job timed out in a query; its transaction was lost, the failure was recorded apart", "error", cause)
-}
-
 func errNoWorker(kind string) error {
 	return fmt.Errorf("bunqueue: no worker for kind %q in this process: register one with AddWorker; the job is retried until MaxAttempts", kind)
-}
-
-func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	if d > 0 {
-		return context.WithTimeout(ctx, d)
-	}
-	return context.WithCancel(ctx)
 }
 
 // completeJob deletes a completed job, or keeps it as completed when

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -159,19 +160,20 @@ func relBadJobs(t *testing.T, admin *bun.DB, mode bunqueue.JobMode) {
 	}
 }
 
-// relBadTable: an any-table queue where some rows panic and one handler
-// never returns. Any-table queues have no Timeout: the hung handler holds
-// its row (and one worker) until Stop's context ends; the other rows keep
-// flowing with the other workers, and the hung row is released, not lost.
+// relBadTable: an any-table queue where some rows panic, one handler
+// never returns until its context ends and one hangs in SQL, with the
+// queue's Timeout. Each fails through OnError with its own error; the
+// other rows keep flowing; Stop finds nothing hung; nothing is lost.
 func relBadTable(t *testing.T, admin *bun.DB) {
 	items := relSize(300, 3000)
+	const timeout = 300 * time.Millisecond
 	w := newRelWorkload(t, admin, "table")
 	w.work = time.Millisecond
-	hangOn := atomic.Bool{}
-	hangOn.Store(true)
-	var hung atomic.Bool
+	w.timeout = timeout
+	var hangs atomic.Int64
 	require.NoError(t, w.produce(0, items))
-	// Every 50th row of the run panics; its 8th never returns.
+	// Every 50th row of the run panics; its 8th never returns on its own,
+	// its 10th hangs in SQL.
 	var runIDs []int64
 	require.NoError(t, admin.NewRaw("SELECT id FROM bq_rel_item WHERE run = ? ORDER BY id", w.run).Scan(t.Context(), &runIDs))
 	require.Len(t, runIDs, items)
@@ -180,50 +182,63 @@ func relBadTable(t *testing.T, admin *bun.DB) {
 		poisoned[runIDs[i]] = true
 	}
 	poison := len(poisoned)
-	hangID := runIDs[7]
-	w.fail = func(ctx context.Context, item int64) error {
-		switch {
-		case poisoned[item]:
-			panic(fmt.Sprintf("poison row %d (test)", item))
-		case item == hangID && hangOn.Load():
-			hung.Store(true)
-			<-ctx.Done() // never returns on its own
+	hangID, hangSQLID := runIDs[7], runIDs[9]
+	w.fail = func(ctx context.Context, db bun.IDB, item int64) error {
+		switch item {
+		case hangID:
+			hangs.Add(1)
+			<-ctx.Done()
 			return ctx.Err()
+		case hangSQLID:
+			hangs.Add(1)
+			_, err := db.NewRaw("SELECT SLEEP(30)").Exec(ctx)
+			return err
+		}
+		if poisoned[item] {
+			panic(fmt.Sprintf("poison row %d (test)", item))
 		}
 		return nil
 	}
 
-	onError := func(ctx context.Context, tx bun.Tx, it *relFaultItem, _ error) error {
+	var mu sync.Mutex
+	causes := map[int64][]string{}
+	onError := func(ctx context.Context, tx bun.Tx, it *relFaultItem, cause error) error {
+		mu.Lock()
+		causes[it.ID] = append(causes[it.ID], cause.Error())
+		mu.Unlock()
 		_, err := tx.NewUpdate().Model(it).Set("attempts = attempts + 1").
 			Set("status = IF(attempts >= 2, 'failed', status)").
 			Set("retry_at = UTC_TIMESTAMP(6) + INTERVAL 50000 MICROSECOND").WherePK().Exec(ctx)
 		return err
 	}
-	rep := &relReport{Scenario: "bad input", Mode: "any table", BadInputs: poison + 1}
+	bad := poison + 2
+	rep := &relReport{Scenario: "bad input", Mode: "any table", BadInputs: bad}
 	began := time.Now()
 	c := w.addClient(dbtest.Open(t, 0), 4, 1, bunqueue.Config{}, onError)
 	start(t, c)
 	flowed := relWaitFor(time.Minute, func() bool {
-		return count(t, admin, "SELECT COUNT(*) FROM bq_rel_item WHERE run = ? AND status = 'done'", w.run) == items-poison-1 &&
-			count(t, admin, "SELECT COUNT(*) FROM bq_rel_item WHERE run = ? AND status = 'failed'", w.run) == poison
+		return count(t, admin, "SELECT COUNT(*) FROM bq_rel_item WHERE run = ? AND status = 'done'", w.run) == items-bad &&
+			count(t, admin, "SELECT COUNT(*) FROM bq_rel_item WHERE run = ? AND status = 'failed'", w.run) == bad
 	})
-	require.True(t, flowed, "the other rows flowed around the hung one and the poison rows failed")
-	require.True(t, hung.Load())
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	require.ErrorIs(t, c.Stop(ctx), context.DeadlineExceeded, "Stop cancels the hung handler")
-	require.Empty(t, relLocked(t, admin, "SELECT id FROM bq_rel_item WHERE run = ?", w.run), "the hung row was released")
-	require.Equal(t, "waiting", str(t, admin, fmt.Sprintf("SELECT status FROM bq_rel_item WHERE id = %d", hangID)))
-
-	// It is still there: a new client (whose handler returns) finishes it.
-	hangOn.Store(false)
-	start(t, w.addClient(dbtest.Open(t, 0), 2, 1, bunqueue.Config{}, onError))
-	require.True(t, relWaitFor(30*time.Second, func() bool { return w.remaining() == 0 }))
-	w.stop()
+	require.True(t, flowed, "the other rows flowed, the bad rows failed")
 	rep.Duration = time.Since(began)
-	rep.note("%d panicking rows failed after 2 attempts (OnError); a handler that never returned held its row until Stop's context ended, then the row was released and finished by another client (any-table queues have no Timeout)", poison)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, c.Stop(ctx), "no handler is left hanging")
+	require.Empty(t, relLocked(t, admin, "SELECT id FROM bq_rel_item WHERE run = ?", w.run), "no row is left locked")
+	w.stop()
+	require.GreaterOrEqual(t, hangs.Load(), int64(4), "each hanging row ran twice")
+	mu.Lock()
+	for _, id := range []int64{hangID, hangSQLID} {
+		require.Len(t, causes[id], 2, "row %d: one failure per attempt", id)
+		for _, cause := range causes[id] {
+			require.Contains(t, cause, "timed out after "+timeout.String(), "row %d", id)
+		}
+	}
+	mu.Unlock()
+	rep.note("%d panicking rows, a handler that never returns until its context ends and one hung in SQL (QueueConfig.Timeout %s): each failed after 2 attempts through OnError, with its own error; the other rows kept flowing", poison, timeout)
 	w.check(rep, items, nil)
-	require.Equal(t, poison, count(t, admin, "SELECT COUNT(*) FROM bq_rel_item WHERE run = ? AND status = 'failed' AND attempts = 2", w.run))
+	require.Equal(t, bad, count(t, admin, "SELECT COUNT(*) FROM bq_rel_item WHERE run = ? AND status = 'failed' AND attempts = 2", w.run))
 }
 
 type relNoPK struct {

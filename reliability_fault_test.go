@@ -117,7 +117,7 @@ func relInjectedFaults(t *testing.T, admin *bun.DB, mode string) {
 	in := faultdriver.NewInjector(rand.Uint64())
 	w := newRelWorkload(t, admin, mode)
 	w.work = time.Millisecond
-	w.fail = func(_ context.Context, item int64) error {
+	w.fail = func(_ context.Context, _ bun.IDB, item int64) error {
 		if rand.N(12) == 0 {
 			return errRelFlaky
 		}
@@ -224,7 +224,7 @@ func relCommitUnknown(t *testing.T, admin *bun.DB, mode string) {
 	var onError func(ctx context.Context, tx bun.Tx, it *relFaultItem, err error) error
 	switch mode {
 	case "table":
-		w.fail = func(_ context.Context, item int64) error {
+		w.fail = func(_ context.Context, _ bun.IDB, item int64) error {
 			if doomed(item) {
 				return errors.New("doomed (test)")
 			}
@@ -239,7 +239,7 @@ func relCommitUnknown(t *testing.T, admin *bun.DB, mode string) {
 		}
 	default:
 		// Jobs: the item is the job's N; N = id order is not assumed.
-		w.fail = func(_ context.Context, item int64) error {
+		w.fail = func(_ context.Context, _ bun.IDB, item int64) error {
 			if doomed(item) {
 				return bunqueue.Cancel(errors.New("doomed (test)"))
 			}

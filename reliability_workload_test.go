@@ -55,7 +55,9 @@ type relWorkload struct {
 	ignoreCtx bool
 	// fail, if set, is called at the start of each run: an error it
 	// returns is the run's result.
-	fail func(ctx context.Context, item int64) error
+	fail func(ctx context.Context, db bun.IDB, item int64) error
+	// timeout is the any-table queue's Timeout.
+	timeout time.Duration
 	// lease is the lease of lease mode (default 2 s).
 	lease time.Duration
 	// connOf: record each run's server connection (lock modes).
@@ -124,7 +126,7 @@ func (w *relWorkload) handlerRun(ctx context.Context, db bun.IDB, item int64, wh
 	}
 	defer w.rec.begin(item, conn, who)()
 	if w.fail != nil {
-		if err := w.fail(ctx, item); err != nil {
+		if err := w.fail(ctx, db, item); err != nil {
 			return err
 		}
 	}
@@ -173,7 +175,7 @@ func (w *relWorkload) addClient(db *bun.DB, workers, batch int, cfg bunqueue.Con
 					_, err := tx.NewUpdate().Model(it).Set("status = 'done'").WherePK().Exec(ctx)
 					return err
 				})
-			}, &bunqueue.QueueConfig[relFaultItem]{Workers: workers, BatchSize: batch, Cooldown: 50 * time.Millisecond, OnError: onError})))
+			}, &bunqueue.QueueConfig[relFaultItem]{Workers: workers, BatchSize: batch, Cooldown: 50 * time.Millisecond, Timeout: w.timeout, OnError: onError})))
 	default:
 		mode := bunqueue.ModeLock
 		if w.mode == "lease" {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+
+	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
 
 // A session is a worker's own connection while it has work. Its
@@ -17,9 +19,11 @@ import (
 // trips of a one-row transaction. The connection is never handed back to
 // the pool with that setting: a session ends by discarding it.
 type session struct {
-	db   *bun.DB
-	conn *bun.Conn // nil: none yet, or discarded
-	used time.Time // when it last began a transaction
+	db      *bun.DB
+	dialect sqldialect.Dialect
+	conn    *bun.Conn // nil: none yet, or discarded
+	id      int64     // the server's id of conn's session
+	used    time.Time // when it last began a transaction
 }
 
 // begin begins a READ COMMITTED transaction on the session's connection,
@@ -39,7 +43,12 @@ func (s *session) begin(ctx context.Context, db *bun.DB) (bun.Tx, error) {
 			discard(&conn)
 			return bun.Tx{}, fmt.Errorf("set the session's isolation level: %w", err)
 		}
-		s.conn = &conn
+		id, err := s.dialect.SessionID(ctx, conn)
+		if err != nil {
+			discard(&conn)
+			return bun.Tx{}, fmt.Errorf("read the session id: %w", err)
+		}
+		s.conn, s.id = &conn, id
 	}
 	tx, err := s.conn.BeginTx(ctx, nil)
 	if err != nil {
@@ -60,7 +69,7 @@ func (s *session) failed(err error) {
 func (s *session) end() {
 	if s.conn != nil {
 		discard(s.conn)
-		s.conn = nil
+		s.conn, s.id = nil, 0
 	}
 }
 

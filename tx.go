@@ -28,6 +28,9 @@ type batchResult struct {
 	done     int     // rows processed and committed
 	itemErrs []error // one *ItemError per failed row
 	err      error   // what kept the batch from committing
+	// oneByOne are rows to claim again one per transaction: the batch
+	// handler's call timed out and took the transaction down with it.
+	oneByOne []candidate
 }
 
 // runBatch claims the rows of keys that still wait and are not locked
@@ -40,21 +43,31 @@ func (q *Queue[T]) runBatch(ctx context.Context, s *session, limit int, keys []c
 		res = q.tryBatch(ctx, s, limit, keys)
 		return res.err
 	}, metric.WithAttributes(semconv.MessagingDestinationName(q.name)))
-	if len(keys) > 1 && res.claimed == 0 && q.client.dialect.Local(errors.Unwrap(res.err)) {
+	switch {
+	case len(keys) > 1 && res.claimed == 0 && q.client.dialect.Local(errors.Unwrap(res.err)):
 		// A row of the batch cannot be loaded into the model: claim the
 		// keys one by one, so that it fails alone and the others run.
-		var all batchResult
-		for _, k := range keys {
-			r := q.runBatch(ctx, s, 1, []candidate{k})
-			all.claimed += r.claimed
-			all.done += r.done
-			all.itemErrs = append(all.itemErrs, r.itemErrs...)
-			all.err = errors.Join(all.err, r.err)
-		}
-		return all
+		return q.runOneByOne(ctx, s, keys, batchResult{})
+	case res.oneByOne != nil:
+		// The batch handler timed out and lost the transaction: run the
+		// rows alone, so that the one that hangs fails alone.
+		return q.runOneByOne(ctx, s, res.oneByOne, batchResult{claimed: res.claimed})
 	}
 	q.client.finishedBatch(q.name, res) // counts for Client.Stats
 	return res
+}
+
+// runOneByOne claims and processes each of keys in a transaction of its
+// own, adding up the results to all.
+func (q *Queue[T]) runOneByOne(ctx context.Context, s *session, keys []candidate, all batchResult) batchResult {
+	for _, k := range keys {
+		r := q.runBatch(ctx, s, 1, []candidate{k})
+		all.claimed += r.claimed
+		all.done += r.done
+		all.itemErrs = append(all.itemErrs, r.itemErrs...)
+		all.err = errors.Join(all.err, r.err)
+	}
+	return all
 }
 
 // retry runs fn, and runs it again after a deadlock or a lock wait timeout
@@ -114,6 +127,24 @@ func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []c
 		}
 	}()
 
+	sessionID, err := q.sessionID(ctx, s, tx)
+	if err != nil {
+		res.err = fmt.Errorf("bunqueue: queue %q: %w", q.name, err)
+		return res
+	}
+	// lost ends a batch whose transaction a handler's timeout took down:
+	// every row is back in the queue as it was.
+	lost := func() {
+		_ = tx.Rollback()
+		committed = true
+		if s != nil {
+			s.end()
+		}
+		for _, it := range spans {
+			it.outcome = outcomeReleased
+		}
+	}
+
 	items, err := q.claim(ctx, tx, limit, keys)
 	if err != nil {
 		res.err = fmt.Errorf("bunqueue: queue %q: claim: %w", q.name, err)
@@ -143,6 +174,17 @@ func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []c
 	whole := false // a batch handler took all the items at once
 	if q.batch != nil && len(items) > 1 {
 		whole, spans, res.err = q.runWhole(ctx, tx, batchSpan, items)
+		if errors.As(res.err, new(*lostTxError)) {
+			lost()
+			batchSpan.AddEvent("the batch handler timed out and its transaction was lost: running its rows one by one")
+			q.endLost(ctx, sessionID, items)
+			res.err = nil
+			res.oneByOne = make([]candidate, len(items))
+			for i := range items {
+				res.oneByOne[i].vals, res.oneByOne[i].id = q.key(&items[i])
+			}
+			return res
+		}
 		if res.err != nil {
 			return res
 		}
@@ -160,12 +202,23 @@ func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []c
 		claimed := items[i]
 		it := q.startItemSpan(ctx, batchSpan, &items[i], len(items))
 		spans = append(spans, it)
-		herr := q.hooks.run(it.ctx, func() *WorkInfo { return q.workInfo(&items[i]) },
-			func() error { return q.handler(it.ctx, tx, &items[i]) })
+		herr := q.call(it.ctx, tx, func(ctx context.Context) error {
+			return q.hooks.run(ctx, func() *WorkInfo { return q.workInfo(&items[i]) },
+				func() error { return q.handler(ctx, tx, &items[i]) })
+		})
 		if herr == nil {
 			continue
 		}
 		it.err = herr
+		if errors.As(herr, new(*lostTxError)) {
+			lost()
+			ie := q.failLost(ctx, sessionID, []T{claimed}, herr)[0].(*ItemError)
+			if ie.Recorded {
+				it.outcome = q.failureOutcome(&claimed, herr)
+			}
+			res.itemErrs = append(res.itemErrs, ie)
+			return res
+		}
 		if q.client.dialect.Retryable(herr) || ctx.Err() != nil {
 			// The server may have rolled back the whole transaction
 			// (deadlock), or we are stopping: retry or release the batch.
@@ -299,11 +352,15 @@ func (q *Queue[T]) runWhole(ctx context.Context, tx bun.Tx, batchSpan trace.Span
 	for i := range items {
 		spans[i] = q.startItemSpan(ctx, batchSpan, &items[i], 0)
 	}
-	herr := q.hooks.run(ctx, func() *WorkInfo { return q.batchInfo(items) },
-		func() error { return q.batch(ctx, tx, items) })
+	herr := q.call(ctx, tx, func(ctx context.Context) error {
+		return q.hooks.run(ctx, func() *WorkInfo { return q.batchInfo(items) },
+			func() error { return q.batch(ctx, tx, items) })
+	})
 	switch {
 	case herr == nil:
 		return true, spans, nil
+	case errors.As(herr, new(*lostTxError)):
+		return false, spans, herr
 	case q.client.dialect.Retryable(herr) || ctx.Err() != nil:
 		return false, nil, fmt.Errorf("bunqueue: queue %q: batch handler: %w", q.name, herr)
 	}

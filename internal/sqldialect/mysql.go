@@ -166,6 +166,26 @@ func (MySQL) PrimaryKey(ctx context.Context, db bun.IDB, schema, table string) (
 	return cols, nil
 }
 
+// SessionID implements Dialect: CONNECTION_ID().
+func (MySQL) SessionID(ctx context.Context, db bun.IDB) (int64, error) {
+	var id int64
+	if err := db.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+		return 0, err
+	}
+	return id, nil
+}
+
+// EndSession implements Dialect: KILL CONNECTION. Ending a session that
+// is already gone is not an error.
+func (MySQL) EndSession(ctx context.Context, db bun.IDB, id int64) error {
+	_, err := db.ExecContext(ctx, "KILL CONNECTION ?", id)
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == 1094 { // ER_NO_SUCH_THREAD
+		return nil
+	}
+	return err
+}
+
 // Local implements Dialect.
 func (MySQL) Local(err error) bool {
 	var me *mysql.MySQLError

@@ -28,6 +28,13 @@ type Dialect interface {
 	// that does not fit the model, rather than on the server, on the
 	// connection or from a cancelled context.
 	Local(err error) bool
+	// SessionID returns the server's id of the connection db runs on (a
+	// transaction or a pinned connection), for EndSession.
+	SessionID(ctx context.Context, db bun.IDB) (int64, error)
+	// EndSession ends the server session id from another connection of
+	// db, rolling back its transaction and releasing its locks even while
+	// a statement of it still runs.
+	EndSession(ctx context.Context, db bun.IDB, id int64) error
 	// PrimaryKey returns the columns of the table's primary key, in
 	// order; none when it has no primary key.
 	PrimaryKey(ctx context.Context, db bun.IDB, schema, table string) ([]string, error)

@@ -1,0 +1,181 @@
+package bunqueue
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/uptrace/bun"
+)
+
+// recordWait bounds how long recordApart waits for the rows of an ended
+// session to be unlocked.
+const recordWait = 3 * time.Second
+
+// lostTxError is a handler's error after which its transaction is gone:
+// a statement cut short by the end of the handler's context (its Timeout)
+// closes the connection, and the server may run the statement on, holding
+// the transaction's locks, until it finishes. The claim's writes can then
+// not be committed, nor the failure recorded in it.
+type lostTxError struct{ err error }
+
+func (e *lostTxError) Error() string {
+	return e.err.Error() + " (its transaction was lost with its connection)"
+}
+
+func (e *lostTxError) Unwrap() error { return e.err }
+
+// call runs a handler call, fn, with the queue's Timeout on its context.
+// When the call fails after its context ended, it checks that tx still
+// answers, and returns a *lostTxError if it does not.
+func (q *Queue[T]) call(ctx context.Context, tx bun.Tx, fn func(ctx context.Context) error) error {
+	hctx, cancel := withTimeout(ctx, q.cfg.Timeout)
+	err := fn(hctx)
+	timedOut := errors.Is(hctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	if timedOut {
+		err = fmt.Errorf("timed out after %s: %w", q.cfg.Timeout, err)
+	}
+	if !timedOut && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		return err // the handler's context did not end: its statements ran whole
+	}
+	if _, perr := tx.ExecContext(ctx, "SELECT 1"); perr != nil {
+		return &lostTxError{err: err}
+	}
+	return err
+}
+
+// endLost cools down items, whose claim transaction was lost to a
+// handler's timeout (see lostTxError), in this process, then ends the
+// server session that held them, so that a statement still running there
+// lets go of their locks. The cooldown keeps this process's other workers
+// from taking the rows before their failures are recorded. It returns
+// each item's cooldown.
+func (q *Queue[T]) endLost(ctx context.Context, sessionID int64, items []T) []time.Duration {
+	c := q.client
+	now := time.Now()
+	cooldowns := make([]time.Duration, len(items))
+	for i := range items {
+		key, id := q.key(&items[i])
+		cooldowns[i] = q.cool.Add(id, key, now)
+	}
+	log := c.cfg.Logger.With("queue", q.name)
+	if sessionID == 0 {
+		log.WarnContext(ctx, "bunqueue: a handler timed out in a statement; its session could not be ended, and holds its rows until the statement ends")
+		return cooldowns
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	if err := c.dialect.EndSession(fctx, c.db, sessionID); err != nil {
+		log.WarnContext(ctx, "bunqueue: end the session of a timed-out handler", "session", sessionID, "error", err)
+	}
+	return cooldowns
+}
+
+// failLost ends the session of items whose claim transaction was lost to
+// a handler's timeout (endLost), then records each failure through
+// OnError in a transaction of its own, if the row still matches the query
+// and no other worker holds it. Rows whose failure is not recorded cool
+// down in this process. It returns an *ItemError per item.
+func (q *Queue[T]) failLost(ctx context.Context, sessionID int64, items []T, cause error) []error {
+	cooldowns := q.endLost(ctx, sessionID, items)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	errs := make([]error, len(items))
+	for i := range items {
+		key, id := q.key(&items[i])
+		ie := &ItemError{Queue: q.name, Key: id, Err: cause, Cooldown: cooldowns[i]}
+		if q.cfg.OnError != nil {
+			recorded, err := q.recordApart(fctx, candidate{vals: key, id: id}, cause)
+			if err != nil {
+				ie.Err = fmt.Errorf("%w; recording the failure apart failed: %w", cause, err)
+			}
+			if recorded {
+				ie.Recorded, ie.Cooldown = true, 0
+				q.cool.Forget(id)
+			}
+		}
+		errs[i] = ie
+	}
+	return errs
+}
+
+// recordApart locks the row of key, if it still matches the queue's query
+// and no other transaction holds it, and calls OnError on it, in a
+// transaction of its own. It reports whether OnError's writes committed
+// and took the row out of the queue.
+//
+// The ended session lets go of its locks a moment after EndSession
+// returns, once its statement notices: a row still locked is tried again
+// for up to recordWait, then taken to be another worker's.
+func (q *Queue[T]) recordApart(ctx context.Context, key candidate, cause error) (bool, error) {
+	c := q.client
+	done := false
+	began := time.Now()
+	err := c.retry(ctx, func() error {
+		done = false
+		return c.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) error {
+			rows := make([]T, 0, 1)
+			for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+				sel := q.onlyKeys(q.query(tx.NewSelect().Model(&rows)), []candidate{key}).Limit(1)
+				if err := sel.For(c.dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
+					return err
+				}
+				if len(rows) > 0 {
+					break
+				}
+				// Locked, or out of the queue: a plain read tells which.
+				n, err := q.onlyKeys(q.query(tx.NewSelect().Model((*T)(nil))), []candidate{key}).Count(ctx)
+				if err != nil {
+					return err
+				}
+				if n == 0 || time.Since(began) > recordWait || !sleep(ctx, wait) {
+					break
+				}
+			}
+			if len(rows) == 0 {
+				return nil // done by another worker, or held by one
+			}
+			if err := callHandler(func() error { return q.cfg.OnError(ctx, tx, &rows[0], cause) }); err != nil {
+				return fmt.Errorf("OnError: %w", err)
+			}
+			still, err := q.stillQueued(ctx, tx, rows, []outcome{recorded})
+			if err != nil {
+				return err
+			}
+			done = !still[0]
+			return nil
+		})
+	})
+	return done, err
+}
+
+// sessionID returns the server's id of the session that runs tx, for
+// failLost: the session's, known from its start; without a session, asked
+// for in tx, but only when the queue has a Timeout.
+func (q *Queue[T]) sessionID(ctx context.Context, s *session, tx bun.Tx) (int64, error) {
+	switch {
+	case s != nil:
+		return s.id, nil
+	case q.cfg.Timeout == 0:
+		return 0, nil
+	}
+	id, err := q.client.dialect.SessionID(ctx, tx)
+	if err != nil {
+		return 0, fmt.Errorf("read the session id: %w", err)
+	}
+	return id, nil
+}
+
+// withTimeout is context.WithTimeout, or WithCancel when d is zero.
+func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d > 0 {
+		return context.WithTimeout(ctx, d)
+	}
+	return context.WithCancel(ctx)
+}
