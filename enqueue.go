@@ -83,7 +83,7 @@ func (c *Client) Enqueue(ctx context.Context, db bun.IDB, args JobArgs, opts *En
 		key = &opts.UniqueKey
 	}
 	err = c.retryOutsideTx(ctx, db, func() (err error) {
-		res, err = insertJob(ctx, db, row, key)
+		res, err = c.insertJob(ctx, db, row, key)
 		return err
 	})
 	if err != nil {
@@ -98,18 +98,18 @@ func (c *Client) Enqueue(ctx context.Context, db bun.IDB, args JobArgs, opts *En
 // of a job that is running); the pending job's id is read instead, with a
 // shared lock on the unique index entry, which sees the latest committed
 // row whatever the transaction's snapshot.
-func insertJob(ctx context.Context, db bun.IDB, values string, uniqueKey *string) (EnqueueResult, error) {
+func (c *Client) insertJob(ctx context.Context, db bun.IDB, values string, uniqueKey *string) (EnqueueResult, error) {
+	head, tail := c.dialect.InsertIgnore()
 	for range 3 {
-		r, err := db.NewRaw(insertJobsSQL + values).Exec(ctx)
-		if err != nil {
-			return EnqueueResult{}, err
+		id, inserted, err := c.dialect.InsertID(ctx, db, head+insertJobsSQL+values+tail)
+		if err != nil || inserted {
+			return EnqueueResult{ID: id}, err
 		}
-		if n, err := r.RowsAffected(); err != nil || n == 1 || uniqueKey == nil {
-			id, idErr := r.LastInsertId()
-			return EnqueueResult{ID: id}, errors.Join(err, idErr)
+		if uniqueKey == nil {
+			return EnqueueResult{}, errors.New("the job was not inserted")
 		}
 		var ids []int64
-		if err := db.NewRaw("SELECT id FROM bunqueue_jobs WHERE unique_key = ? LOCK IN SHARE MODE", *uniqueKey).Scan(ctx, &ids); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		if err := db.NewRaw("SELECT id FROM bunqueue_jobs WHERE unique_key = ? "+c.dialect.ShareLock(), *uniqueKey).Scan(ctx, &ids); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return EnqueueResult{}, err
 		}
 		if len(ids) == 1 {
@@ -136,6 +136,7 @@ func (c *Client) EnqueueMany(ctx context.Context, db bun.IDB, jobs []EnqueuePara
 	if err != nil {
 		return 0, err
 	}
+	head, tail := c.dialect.InsertIgnore()
 	var stmts []string
 	var b strings.Builder
 	rows := 0
@@ -145,18 +146,20 @@ func (c *Client) EnqueueMany(ctx context.Context, db bun.IDB, jobs []EnqueuePara
 			return 0, fmt.Errorf("bunqueue: EnqueueMany: job %d: %w", i, err)
 		}
 		if rows > 0 && (b.Len()+len(row)+2 > limit-1024 || rows == 1000) {
+			b.WriteString(tail)
 			stmts = append(stmts, b.String())
 			b.Reset()
 			rows = 0
 		}
 		if rows == 0 {
-			b.WriteString(insertJobsSQL)
+			b.WriteString(head + insertJobsSQL)
 		} else {
 			b.WriteString(",\n")
 		}
 		b.WriteString(row)
 		rows++
 	}
+	b.WriteString(tail)
 	stmts = append(stmts, b.String())
 	for _, s := range stmts {
 		err := c.retryOutsideTx(ctx, db, func() error {
@@ -175,10 +178,10 @@ func (c *Client) EnqueueMany(ctx context.Context, db bun.IDB, jobs []EnqueuePara
 	return inserted, nil
 }
 
-// insertJobsSQL starts the INSERT of jobs. IGNORE skips a job whose
-// unique key is pending; every other value is checked before it gets here,
-// so no other error can be turned into a warning.
-const insertJobsSQL = "INSERT IGNORE INTO bunqueue_jobs (queue, kind, args, metadata, priority, max_attempts, run_at, created_at, unique_key, trace_context) VALUES "
+// insertJobsSQL follows the dialect's InsertIgnore head: a job whose
+// unique key is pending is skipped; every other value is checked before
+// it gets here, so no other error can be turned into a warning.
+const insertJobsSQL = " bunqueue_jobs (queue, kind, args, metadata, priority, max_attempts, run_at, created_at, unique_key, trace_context) VALUES "
 
 // jobValues checks one job and renders its VALUES tuple.
 func (c *Client) jobValues(ctx context.Context, db bun.IDB, p EnqueueParams, trace []byte) (string, error) {
@@ -233,12 +236,12 @@ func (c *Client) jobValues(ctx context.Context, db bun.IDB, p EnqueueParams, tra
 	if size := 2*(len(args)+len(meta)+len(trace)) + 1024; size > limit {
 		return fail("the payload (%d bytes of JSON args, %d of metadata) does not fit in the server's max_allowed_packet (%d bytes)", len(args), len(meta), limit)
 	}
-	runAt := bun.Safe("UTC_TIMESTAMP(6)")
+	runAt := bun.Safe(c.dialect.Now())
 	if d := o.Delay; d > 0 {
-		runAt = bun.Safe(fmt.Sprintf("UTC_TIMESTAMP(6) + INTERVAL %d MICROSECOND", d.Microseconds()))
+		runAt = bun.Safe(c.dialect.NowPlus(d))
 	}
 	if !o.RunAt.IsZero() {
-		runAt = sqlTime(o.RunAt)
+		runAt = bun.Safe(c.dialect.Time(o.RunAt))
 	}
 	var unique any
 	if o.UniqueKey != "" {
@@ -252,8 +255,8 @@ func (c *Client) jobValues(ctx context.Context, db bun.IDB, p EnqueueParams, tra
 	if trace != nil {
 		traceArg = trace
 	}
-	b, err := db.NewRaw("(?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), ?, ?)",
-		o.Queue, kind, args, metaArg, o.Priority, o.MaxAttempts, runAt, unique, traceArg).AppendQuery(c.db.QueryGen(), nil)
+	b, err := db.NewRaw("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+		o.Queue, kind, args, metaArg, o.Priority, o.MaxAttempts, runAt, bun.Safe(c.dialect.Now()), unique, traceArg).AppendQuery(c.db.QueryGen(), nil)
 	if err != nil {
 		return "", fmt.Errorf("bunqueue: enqueue %s: %w", kind, err)
 	}
@@ -267,9 +270,9 @@ func (c *Client) maxPacket(ctx context.Context, db bun.IDB) (int, error) {
 	if c.packet > 0 {
 		return c.packet, nil
 	}
-	var n int
-	if err := db.NewRaw("SELECT @@max_allowed_packet").Scan(ctx, &n); err != nil {
-		return 0, fmt.Errorf("bunqueue: read max_allowed_packet: %w", err)
+	n, err := c.dialect.MaxStatement(ctx, db)
+	if err != nil {
+		return 0, fmt.Errorf("bunqueue: %w", err)
 	}
 	c.packet = n
 	return n, nil
@@ -282,10 +285,4 @@ func (c *Client) retryOutsideTx(ctx context.Context, db bun.IDB, fn func() error
 		return fn()
 	}
 	return c.retry(ctx, fn)
-}
-
-// sqlTime renders t in UTC as a DATETIME(6) literal. Formatted here: the
-// dialect may be set to convert times to another location.
-func sqlTime(t time.Time) bun.Safe {
-	return bun.Safe("'" + t.UTC().Format("2006-01-02 15:04:05.999999") + "'")
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+
+	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
 
 // FailedJob is a job that used up its attempts or was cancelled, as kept
@@ -106,7 +108,7 @@ func (c *Client) RetryFailedTx(ctx context.Context, db bun.IDB, id int64) (int64
 	var newID int64
 	err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		var f FailedJob
-		err := tx.NewSelect().Model(&f).Where("id = ?", id).For("UPDATE").Scan(ctx)
+		err := sqldialect.Locking(tx.NewSelect().Model(&f).Where("id = ?", id), c.dialect.ForUpdate()).Scan(ctx)
 		if errors.Is(err, sql.ErrNoRows) {
 			return ErrFailedJobNotFound
 		}
@@ -116,12 +118,12 @@ func (c *Client) RetryFailedTx(ctx context.Context, db bun.IDB, id int64) (int64
 		if _, known := c.cfg.JobQueues[f.Queue]; !known {
 			return fmt.Errorf("bunqueue: failed job %d belongs to queue %q, which is not in Config.JobQueues", id, f.Queue)
 		}
-		values, err := tx.NewRaw("(?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), ?, ?, ?)",
-			f.Queue, f.Kind, f.Args, f.Metadata, f.Priority, f.MaxAttempts, sqlTime(f.CreatedAt), f.UniqueKey, f.TraceContext).AppendQuery(c.db.QueryGen(), nil)
+		values, err := tx.NewRaw("(?, ?, ?, ?, ?, ?, "+c.dialect.Now()+", ?, ?, ?)",
+			f.Queue, f.Kind, f.Args, f.Metadata, f.Priority, f.MaxAttempts, bun.Safe(c.dialect.Time(f.CreatedAt)), f.UniqueKey, f.TraceContext).AppendQuery(c.db.QueryGen(), nil)
 		if err != nil {
 			return err
 		}
-		res, err := insertJob(ctx, tx, string(values), f.UniqueKey)
+		res, err := c.insertJob(ctx, tx, string(values), f.UniqueKey)
 		if err != nil {
 			return err
 		}

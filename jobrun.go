@@ -11,16 +11,18 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/bunqueue/bunqueue/internal/backoff"
+	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
 
 // jobQuery is the claim query of one jobs queue, in both modes. While a
 // job is leased its run_at is the lease's end, so an expired lease makes
 // it match again.
-func jobQuery(queue string) QueryFunc {
+func jobQuery(queue string, d sqldialect.Dialect) QueryFunc {
+	due := "run_at <= " + d.Now()
 	return func(q *bun.SelectQuery) *bun.SelectQuery {
 		return q.Where("queue = ?", queue).
 			Where("state = ?", jobWaiting).
-			Where("run_at <= UTC_TIMESTAMP(6)").
+			Where(due).
 			Order("priority", "run_at", "id")
 	}
 }
@@ -68,7 +70,7 @@ func (c *Client) jobRunners() []*runner {
 // jobsQueue returns a queue over the jobs table for the jobs queue name,
 // attached to c. Its claims lock jobs by their primary key.
 func jobsQueue(c *Client, name string, handler HandlerFunc[jobRow], cfg *QueueConfig[jobRow]) *Queue[jobRow] {
-	q := NewQueue(name, jobQuery(name), handler, cfg)
+	q := NewQueue(name, jobQuery(name, c.dialect), handler, cfg)
 	if err := q.attach(c); err != nil {
 		panic(err) // the declaration is valid by construction
 	}
@@ -95,7 +97,7 @@ func batchSize(qc JobQueueConfig) int {
 func (c *Client) jobDepth(queue string) func(ctx context.Context, limit int) (int, error) {
 	return func(ctx context.Context, limit int) (int, error) {
 		return c.countUnlocked(ctx, queue, limit, func(tx bun.Tx) *bun.SelectQuery {
-			return jobQuery(queue)(tx.NewSelect().Model((*jobRow)(nil))).Column("id")
+			return jobQuery(queue, c.dialect)(tx.NewSelect().Model((*jobRow)(nil))).Column("id")
 		})
 	}
 }
@@ -129,7 +131,7 @@ func (c *Client) completeJob(ctx context.Context, db bun.IDB, id int64, token st
 	where, args := jobWhere(id, token)
 	q := "DELETE FROM bunqueue_jobs WHERE " + where
 	if c.cfg.Retention > 0 {
-		q = "UPDATE bunqueue_jobs SET state = ?, completed_at = UTC_TIMESTAMP(6), unique_key = NULL, lease_token = NULL, last_error = NULL WHERE " + where
+		q = "UPDATE bunqueue_jobs SET state = ?, completed_at = " + c.dialect.Now() + ", unique_key = NULL, lease_token = NULL, last_error = NULL WHERE " + where
 		args = append([]any{jobCompleted}, args...)
 	}
 	return affected(db.NewRaw(q, args...).Exec(ctx))
@@ -147,12 +149,12 @@ func (c *Client) failJob(ctx context.Context, db bun.IDB, row *jobRow, attempt i
 	var cancel *cancelError
 	switch {
 	case errors.As(cause, &snooze):
-		return affected(db.NewRaw("UPDATE bunqueue_jobs SET attempts = ?, lease_token = NULL, run_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE "+where,
-			append([]any{attempt - 1, snooze.after.Microseconds()}, args...)...).Exec(ctx))
+		return affected(db.NewRaw("UPDATE bunqueue_jobs SET attempts = ?, lease_token = NULL, run_at = "+c.dialect.NowPlus(snooze.after)+" WHERE "+where,
+			append([]any{attempt - 1}, args...)...).Exec(ctx))
 	case errors.As(cause, &cancel) || attempt >= row.MaxAttempts:
 		moved, err := affected(db.NewRaw(`INSERT INTO bunqueue_failed_jobs
 	(job_id, queue, kind, args, metadata, priority, attempts, max_attempts, unique_key, error, created_at, failed_at, trace_context)
-SELECT id, queue, kind, args, metadata, priority, ?, max_attempts, unique_key, ?, created_at, UTC_TIMESTAMP(6), trace_context
+SELECT id, queue, kind, args, metadata, priority, ?, max_attempts, unique_key, ?, created_at, `+c.dialect.Now()+`, trace_context
 FROM bunqueue_jobs WHERE `+where, append([]any{attempt, errorText(cause)}, args...)...).Exec(ctx))
 		if err != nil || !moved {
 			return false, err
@@ -160,8 +162,8 @@ FROM bunqueue_jobs WHERE `+where, append([]any{attempt, errorText(cause)}, args.
 		return affected(db.NewRaw("DELETE FROM bunqueue_jobs WHERE id = ?", row.ID).Exec(ctx))
 	default:
 		wait := c.cfg.Backoff(attempt)
-		return affected(db.NewRaw("UPDATE bunqueue_jobs SET attempts = ?, lease_token = NULL, last_error = ?, run_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE "+where,
-			append([]any{attempt, errorText(cause), max(wait, 0).Microseconds()}, args...)...).Exec(ctx))
+		return affected(db.NewRaw("UPDATE bunqueue_jobs SET attempts = ?, lease_token = NULL, last_error = ?, run_at = "+c.dialect.NowPlus(max(wait, 0))+" WHERE "+where,
+			append([]any{attempt, errorText(cause)}, args...)...).Exec(ctx))
 	}
 }
 
@@ -229,8 +231,8 @@ func (c *Client) clean(ctx context.Context) {
 		}
 		for {
 			var ids []int64
-			err := c.db.NewRaw("SELECT id FROM bunqueue_jobs WHERE state = ? AND completed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY state, completed_at, id LIMIT 1000",
-				jobCompleted, c.cfg.Retention.Microseconds()).Scan(ctx, &ids)
+			err := c.db.NewRaw("SELECT id FROM bunqueue_jobs WHERE state = ? AND completed_at < "+c.dialect.NowPlus(-c.cfg.Retention)+" ORDER BY state, completed_at, id LIMIT 1000",
+				jobCompleted).Scan(ctx, &ids)
 			if err == nil && len(ids) > 0 {
 				_, err = c.db.NewRaw("DELETE FROM bunqueue_jobs WHERE id IN (?) AND state = ?", bun.List(ids), jobCompleted).Exec(ctx)
 			}

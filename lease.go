@@ -104,8 +104,8 @@ func (l *leaseRunner) claim(ctx context.Context, limit int, keys []candidate, re
 	}
 	token := newToken()
 	if len(ids) > 0 {
-		if _, err := tx.NewRaw("UPDATE bunqueue_jobs SET attempts = attempts + 1, lease_token = ?, run_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE id IN (?)",
-			token, l.cfg.Lease.Microseconds(), bun.List(ids)).Exec(ctx); err != nil {
+		if _, err := tx.NewRaw("UPDATE bunqueue_jobs SET attempts = attempts + 1, lease_token = ?, run_at = "+l.c.dialect.NowPlus(l.cfg.Lease)+" WHERE id IN (?)",
+			token, bun.List(ids)).Exec(ctx); err != nil {
 			return nil, "", err
 		}
 	}
@@ -172,7 +172,7 @@ func (l *leaseRunner) runOne(ctx context.Context, keeper *leaseKeeper, row *jobR
 		}
 	case ctx.Err() != nil:
 		// Stopping: give the job back at once, without using the attempt.
-		changed, ferr = affected(l.c.db.NewRaw("UPDATE bunqueue_jobs SET attempts = attempts - 1, lease_token = NULL, run_at = UTC_TIMESTAMP(6) WHERE id = ? AND lease_token = ?",
+		changed, ferr = affected(l.c.db.NewRaw("UPDATE bunqueue_jobs SET attempts = attempts - 1, lease_token = NULL, run_at = "+l.c.dialect.Now()+" WHERE id = ? AND lease_token = ?",
 			row.ID, token).Exec(fctx))
 		if ferr == nil && changed {
 			return itemErr(fmt.Errorf("bunqueue: released on stop: %w", ctx.Err()))
@@ -323,8 +323,8 @@ func (k *leaseKeeper) extend(ctx context.Context) {
 	defer cancel()
 	db := k.l.c.db
 	still := ids
-	r, err := db.NewRaw("UPDATE bunqueue_jobs SET run_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND WHERE id IN (?) AND lease_token = ?",
-		lease.Microseconds(), bun.List(ids), k.token).Exec(hctx)
+	r, err := db.NewRaw("UPDATE bunqueue_jobs SET run_at = "+k.l.c.dialect.NowPlus(lease)+" WHERE id IN (?) AND lease_token = ?",
+		bun.List(ids), k.token).Exec(hctx)
 	if err == nil {
 		if n, _ := r.RowsAffected(); n < int64(len(ids)) {
 			// Some lease was taken over: find which.

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bunqueue/bunqueue/internal/cooldown"
+	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
 
 // QueryFunc declares a queue: given a select over the queue's model, it
@@ -129,7 +130,7 @@ func (c *Client) countUnlocked(ctx context.Context, queue string, limit int, sel
 		return 0, fmt.Errorf("bunqueue: count %s: %w", queue, err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	rows, err := sel(tx).Limit(int64(limit)).For(c.dialect.SkipLocked()).Rows(ctx)
+	rows, err := sqldialect.Locking(sel(tx).Limit(int64(limit)), c.dialect.SkipLocked()).Rows(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("bunqueue: count %s: %w", queue, err)
 	}

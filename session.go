@@ -39,9 +39,11 @@ func (s *session) begin(ctx context.Context, db *bun.DB) (bun.Tx, error) {
 		if err != nil {
 			return bun.Tx{}, err
 		}
-		if _, err := conn.ExecContext(ctx, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"); err != nil {
-			discard(&conn)
-			return bun.Tx{}, fmt.Errorf("set the session's isolation level: %w", err)
+		if setup := s.dialect.SessionSetup(); setup != "" {
+			if _, err := conn.ExecContext(ctx, setup); err != nil {
+				discard(&conn)
+				return bun.Tx{}, fmt.Errorf("set the session's isolation level: %w", err)
+			}
 		}
 		id, err := s.dialect.SessionID(ctx, conn)
 		if err != nil {

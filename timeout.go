@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+
+	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
 
 // recordWait bounds how long recordApart waits for the rows of an ended
@@ -44,7 +46,7 @@ func (q *Queue[T]) call(ctx context.Context, tx bun.Tx, fn func(ctx context.Cont
 	if !timedOut && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
 		return err // the handler's context did not end: its statements ran whole
 	}
-	if _, perr := tx.ExecContext(ctx, "SELECT 1"); perr != nil {
+	if q.client.dialect.TxLost(ctx, tx) {
 		return &lostTxError{err: err}
 	}
 	return err
@@ -123,7 +125,7 @@ func (q *Queue[T]) recordApart(ctx context.Context, key candidate, cause error) 
 			rows := make([]T, 0, 1)
 			for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
 				sel := q.onlyKeys(q.query(tx.NewSelect().Model(&rows)), []candidate{key}).Limit(1)
-				if err := sel.For(c.dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
+				if err := sqldialect.Locking(sel, c.dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
 					return err
 				}
 				if len(rows) > 0 {

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bunqueue/bunqueue/internal/backoff"
+	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
 
 // txAttempts bounds how often one batch is retried after a deadlock or a
@@ -385,11 +386,11 @@ func (q *Queue[T]) claim(ctx context.Context, tx bun.Tx, limit int, keys []candi
 		// a moment, rows that other workers are about to claim, and make
 		// them skip those.
 		sel := tx.NewSelect().Model(&items)
-		if q.byPrimary {
-			sel = sel.ModelTableExpr("?TableName AS ?TableAlias FORCE INDEX (PRIMARY)")
+		if hint := q.client.dialect.ForcePrimary(); q.byPrimary && hint != "" {
+			sel = sel.ModelTableExpr("?TableName AS ?TableAlias " + hint)
 		}
 		sel = q.onlyKeys(q.query(sel), keys).Limit(int64(len(keys)))
-		if err := sel.For(q.client.dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		if err := sqldialect.Locking(sel, q.client.dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return nil, err
 		}
 		if len(items) == len(keys) {
@@ -407,7 +408,7 @@ func (q *Queue[T]) claim(ctx context.Context, tx bun.Tx, limit int, keys []candi
 		}
 		sel = q.exceptKeys(sel, got)
 	}
-	if err := sel.For(q.client.dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	if err := sqldialect.Locking(sel, q.client.dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		if keys != nil && q.client.dialect.Local(err) {
 			// A row at the head cannot be loaded into the model: the feed
 			// hands it out by key, where it fails alone.

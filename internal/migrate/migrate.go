@@ -3,13 +3,15 @@ package migrate
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect"
+
+	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
 
 // Table names.
@@ -18,7 +20,7 @@ const (
 	FailedJobsTable = "bunqueue_failed_jobs"
 	VersionsTable   = "bunqueue_migrations"
 	lockName        = "bunqueue_migrate"
-	lockWait        = 60 // seconds
+	lockWait        = 60 * time.Second
 )
 
 // Migration is one version of the schema.
@@ -28,8 +30,30 @@ type Migration struct {
 	Statements []string
 }
 
-// Migrations lists every version, oldest first. Released versions are
-// never edited; a change is a new version.
+// Schema is the DDL of one database server.
+type Schema struct {
+	// Versions creates the table that records the applied versions.
+	Versions string
+	// Migrations lists every version, oldest first. Released versions
+	// are never edited; a change is a new version, with the same number
+	// on every server.
+	Migrations []Migration
+}
+
+// For returns the schema of db's server.
+func For(db *bun.DB) (Schema, error) {
+	switch db.Dialect().Name() {
+	case dialect.MySQL:
+		return Schema{Versions: versionsDDL, Migrations: Migrations}, nil
+	case dialect.PG:
+		return Postgres, nil
+	}
+	_, err := sqldialect.For(db)
+	return Schema{}, err
+}
+
+// Migrations lists every version of the MySQL and MariaDB schema, oldest
+// first.
 var Migrations = []Migration{
 	{
 		Version: 1,
@@ -97,18 +121,24 @@ const versionsDDL = `CREATE TABLE IF NOT EXISTS ` + VersionsTable + ` (
 
 // SQL returns every statement of every migration, and the bookkeeping
 // that records them, as one script for users who run their own migration
-// tool.
+// tool: for MySQL and MariaDB.
 func SQL() string {
+	return Schema{Versions: versionsDDL, Migrations: Migrations}.SQL(sqldialect.MySQL{}, "MySQL 8.0.1+ / MariaDB 10.6+")
+}
+
+// SQL returns the schema as one script for server, through d.
+func (s Schema) SQL(d sqldialect.Dialect, server string) string {
 	var b strings.Builder
-	b.WriteString("-- bunqueue schema for MySQL 8.0.1+ / MariaDB 10.6+\n")
-	b.WriteString(versionsDDL + ";\n")
-	for _, m := range Migrations {
+	fmt.Fprintf(&b, "-- bunqueue schema for %s\n", server)
+	b.WriteString(s.Versions + ";\n")
+	head, tail := d.InsertIgnore()
+	for _, m := range s.Migrations {
 		fmt.Fprintf(&b, "\n-- version %d: %s\n", m.Version, m.Name)
-		for _, s := range m.Statements {
-			b.WriteString(s + ";\n")
+		for _, st := range m.Statements {
+			b.WriteString(st + ";\n")
 		}
-		fmt.Fprintf(&b, "INSERT IGNORE INTO %s (version, name, applied_at) VALUES (%d, '%s', UTC_TIMESTAMP(6));\n",
-			VersionsTable, m.Version, m.Name)
+		fmt.Fprintf(&b, "%s %s (version, name, applied_at) VALUES (%d, '%s', %s)%s;\n",
+			head, VersionsTable, m.Version, m.Name, d.Now(), tail)
 	}
 	return b.String()
 }
@@ -116,29 +146,30 @@ func SQL() string {
 // Latest is the newest schema version.
 func Latest() int { return Migrations[len(Migrations)-1].Version }
 
-// Run applies the missing migrations. It holds a named server lock
-// (GET_LOCK) on one connection while it works, so processes that start
-// together apply each version once.
+// Run applies the missing migrations of db's server. It holds a named
+// server lock (Dialect.Lock) on one connection while it works, so
+// processes that start together apply each version once.
 func Run(ctx context.Context, db *bun.DB) (applied []int, err error) {
+	schema, err := For(db)
+	if err != nil {
+		return nil, err
+	}
+	d, err := sqldialect.For(db)
+	if err != nil {
+		return nil, err
+	}
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	var got sql.NullInt64
-	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", lockName, lockWait).Scan(&got); err != nil {
-		return nil, fmt.Errorf("take the migration lock: %w", err)
+	unlock, err := d.Lock(ctx, conn, lockName, lockWait)
+	if err != nil {
+		return nil, fmt.Errorf("migration lock: %w", err)
 	}
-	if !got.Valid || got.Int64 != 1 {
-		return nil, fmt.Errorf("another process held the migration lock %q for %d s", lockName, lockWait)
-	}
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		_, _ = conn.ExecContext(rctx, "SELECT RELEASE_LOCK(?)", lockName)
-	}()
+	defer unlock()
 
-	if _, err := conn.ExecContext(ctx, versionsDDL); err != nil {
+	if _, err := conn.ExecContext(ctx, schema.Versions); err != nil {
 		return nil, err
 	}
 	done := map[int]bool{}
@@ -157,7 +188,7 @@ func Run(ctx context.Context, db *bun.DB) (applied []int, err error) {
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return nil, err
 	}
-	for _, m := range Migrations {
+	for _, m := range schema.Migrations {
 		if done[m.Version] {
 			continue
 		}
@@ -166,7 +197,7 @@ func Run(ctx context.Context, db *bun.DB) (applied []int, err error) {
 				return applied, fmt.Errorf("version %d (%s): %w", m.Version, m.Name, err)
 			}
 		}
-		if _, err := conn.ExecContext(ctx, "INSERT INTO "+VersionsTable+" (version, name, applied_at) VALUES (?, ?, UTC_TIMESTAMP(6))",
+		if _, err := conn.ExecContext(ctx, "INSERT INTO "+VersionsTable+" (version, name, applied_at) VALUES (?, ?, "+d.Now()+")",
 			m.Version, m.Name); err != nil {
 			return applied, err
 		}

@@ -28,7 +28,7 @@ type Index struct {
 // every index), start with the equality columns, in any order, then the
 // ORDER BY's.
 func (MySQL) SuggestIndex(ctx context.Context, db bun.IDB, query, schema, table, alias string, pks []string) (Index, bool, error) {
-	shape, ok := shapeOf(query, table, alias, pks)
+	shape, ok := shapeOf(mysqlSyntax, query, table, alias, pks)
 	if !ok {
 		return Index{}, false, nil
 	}
@@ -36,8 +36,27 @@ func (MySQL) SuggestIndex(ctx context.Context, db bun.IDB, query, schema, table,
 	if err != nil {
 		return Index{}, false, err
 	}
-	return Index{Create: shape.create(schema, table), Existing: existing}, true, nil
+	return Index{Create: shape.create(mysqlSyntax, schema, table), Existing: existing}, true, nil
 }
+
+// syntax is what the SQL that SuggestIndex reads and writes looks like on
+// a server.
+type syntax struct {
+	// quote quotes identifiers; it no longer starts a string.
+	quote byte
+	// pg selects PostgreSQL's rules: no # comments, -- comments without
+	// the space, nested block comments, backslash escapes only in E''
+	// strings, dollar-quoted strings, unquoted names folded to lower case,
+	// OFFSET and FETCH after the ORDER BY, NULLS FIRST or LAST in it.
+	pg bool
+	// maxName is the longest identifier, in bytes.
+	maxName int
+}
+
+var (
+	mysqlSyntax = syntax{quote: '`', maxName: 64}
+	pgSyntax    = syntax{quote: '"', pg: true, maxName: 63}
+)
 
 // indexShape is the index that serves a query.
 type indexShape struct {
@@ -47,23 +66,23 @@ type indexShape struct {
 }
 
 // create returns the CREATE INDEX statement of the index.
-func (s indexShape) create(schema, table string) string {
-	on := quoteIdent(table)
+func (s indexShape) create(sx syntax, schema, table string) string {
+	on := sx.quoteIdent(table)
 	if schema != "" {
-		on = quoteIdent(schema) + "." + on
+		on = sx.quoteIdent(schema) + "." + on
 	}
 	name := table
 	var quoted []string
 	for _, c := range append(append(append([]string(nil), s.eq...), s.order...), s.pks...) {
 		col, desc := strings.CutSuffix(c, " DESC")
 		name += "_" + col
-		q := quoteIdent(col)
+		q := sx.quoteIdent(col)
 		if desc {
 			q += " DESC"
 		}
 		quoted = append(quoted, q)
 	}
-	return "CREATE INDEX " + quoteIdent(indexName(name)) + " ON " + on + " (" + strings.Join(quoted, ", ") + ")"
+	return "CREATE INDEX " + sx.quoteIdent(sx.indexName(name)) + " ON " + on + " (" + strings.Join(quoted, ", ") + ")"
 }
 
 // servedBy reports whether an index with these columns serves the query.
@@ -133,13 +152,14 @@ func servingIndex(ctx context.Context, db bun.IDB, schema, table string, pks []s
 
 // shapeOf derives the index that serves query from the columns of its
 // WHERE's top-level equality conditions (col = constant, col <=>
-// constant, col IN (constant), col IS NULL) and of its ORDER BY.
-func shapeOf(query, table, alias string, pks []string) (indexShape, bool) {
-	toks, ok := tokenize(query)
+// constant, col IN (constant), col IS NULL but in PostgreSQL) and of its
+// ORDER BY.
+func shapeOf(sx syntax, query, table, alias string, pks []string) (indexShape, bool) {
+	toks, ok := tokenize(query, sx)
 	if !ok {
 		return indexShape{}, false
 	}
-	where, order, joined, ok := clauses(toks)
+	where, order, joined, ok := clauses(toks, sx)
 	if !ok {
 		return indexShape{}, false
 	}
@@ -158,7 +178,7 @@ func shapeOf(query, table, alias string, pks []string) (indexShape, bool) {
 		}
 	}
 	for _, c := range conjuncts(where) {
-		if q, col, ok := equality(c); ok && ours(q) {
+		if q, col, ok := equality(c, sx); ok && ours(q) {
 			add(&s.eq, col, "")
 		}
 	}
@@ -166,6 +186,17 @@ func shapeOf(query, table, alias string, pks []string) (indexShape, bool) {
 		q, col, rest := columnRef(item)
 		if col == "" || !ours(q) {
 			return indexShape{}, false
+		}
+		if sx.pg {
+			// The null order each direction has by default, which an
+			// index serves, read forwards or backwards.
+			switch {
+			case len(rest) == 2 && rest[0].isWord("NULLS") && rest[1].isWord("LAST"):
+				rest = nil
+			case len(rest) == 3 && rest[0].isWord("ASC") && rest[1].isWord("NULLS") && rest[2].isWord("LAST"),
+				len(rest) == 3 && rest[0].isWord("DESC") && rest[1].isWord("NULLS") && rest[2].isWord("FIRST"):
+				rest = rest[:1]
+			}
 		}
 		switch {
 		case len(rest) == 0 || len(rest) == 1 && rest[0].isWord("ASC"):
@@ -204,7 +235,7 @@ type tokenKind int
 
 const (
 	tokWord   tokenKind = iota // a keyword, function name or bare identifier
-	tokIdent                   // a `quoted` identifier, unquoted
+	tokIdent                   // a quoted identifier, unquoted
 	tokString                  // a string literal
 	tokNumber                  // a number literal
 	tokPunct                   // an operator or punctuation
@@ -219,37 +250,58 @@ func (t token) is(punct string) bool { return t.kind == tokPunct && t.text == pu
 
 func (t token) isWord(w string) bool { return t.kind == tokWord && strings.EqualFold(t.text, w) }
 
-// tokenize splits MySQL SQL into tokens, dropping whitespace and
+// tokenize splits SQL of syntax sx into tokens, dropping whitespace and
 // comments. It fails on an unterminated quote or comment.
-func tokenize(s string) ([]token, bool) {
+func tokenize(s string, sx syntax) ([]token, bool) {
 	var toks []token
 	for i := 0; i < len(s); {
 		c := s[i]
 		switch {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || sx.pg && c == '\f':
 			i++
+		case sx.pg && strings.HasPrefix(s[i:], "/*"):
+			n, ok := nestedComment(s[i:])
+			if !ok {
+				return nil, false
+			}
+			i += n
 		case strings.HasPrefix(s[i:], "/*"):
 			end := strings.Index(s[i+2:], "*/")
 			if end < 0 {
 				return nil, false
 			}
 			i += end + 4
-		case c == '#' || strings.HasPrefix(s[i:], "-- "):
+		case !sx.pg && (c == '#' || strings.HasPrefix(s[i:], "-- ")),
+			sx.pg && strings.HasPrefix(s[i:], "--"):
 			end := strings.IndexByte(s[i:], '\n')
 			if end < 0 {
 				end = len(s) - i
 			}
 			i += end
 		case c == '`' || c == '\'' || c == '"':
-			text, n, ok := quoted(s[i:])
+			text, n, ok := quoted(s[i:], sx, !sx.pg)
 			if !ok {
 				return nil, false
 			}
 			kind := tokString
-			if c == '`' {
+			if c == sx.quote {
 				kind = tokIdent
 			}
 			toks = append(toks, token{kind, text})
+			i += n
+		case sx.pg && (c == 'E' || c == 'e') && i+1 < len(s) && s[i+1] == '\'':
+			text, n, ok := quoted(s[i+1:], sx, true) // E'...': backslash escapes
+			if !ok {
+				return nil, false
+			}
+			toks = append(toks, token{tokString, text})
+			i += 1 + n
+		case sx.pg && c == '$':
+			tok, n, ok := dollar(s[i:])
+			if !ok {
+				return nil, false
+			}
+			toks = append(toks, tok)
 			i += n
 		case isDigit(c) || c == '.' && i+1 < len(s) && isDigit(s[i+1]):
 			j := i + 1
@@ -263,7 +315,11 @@ func tokenize(s string) ([]token, bool) {
 			for j < len(s) && isWordByte(s[j]) {
 				j++
 			}
-			toks = append(toks, token{tokWord, s[i:j]})
+			word := s[i:j]
+			if sx.pg {
+				word = lowerASCII(word) // as PostgreSQL folds unquoted names
+			}
+			toks = append(toks, token{tokWord, word})
 			i = j
 		default:
 			n := 1
@@ -281,14 +337,15 @@ func tokenize(s string) ([]token, bool) {
 }
 
 // quoted reads the quoted text at the start of s (a doubled quote stands
-// for itself; in strings, so does a backslash-escaped character) and
-// returns it unquoted, with the length it took.
-func quoted(s string) (string, int, bool) {
+// for itself; in strings, when backslash is set, so does a
+// backslash-escaped character) and returns it unquoted, with the length it
+// took.
+func quoted(s string, sx syntax, backslash bool) (string, int, bool) {
 	q := s[0]
 	var b strings.Builder
 	for i := 1; i < len(s); i++ {
 		switch {
-		case s[i] == '\\' && q != '`' && i+1 < len(s):
+		case s[i] == '\\' && backslash && q != sx.quote && i+1 < len(s):
 			i++
 			b.WriteByte(s[i])
 		case s[i] == q && i+1 < len(s) && s[i+1] == q:
@@ -303,6 +360,61 @@ func quoted(s string) (string, int, bool) {
 	return "", 0, false
 }
 
+// nestedComment returns the length of the PostgreSQL block comment at the
+// start of s, whose inner block comments nest.
+func nestedComment(s string) (int, bool) {
+	depth := 0
+	for i := 0; i+1 < len(s); i++ {
+		switch {
+		case s[i] == '/' && s[i+1] == '*':
+			depth++
+			i++
+		case s[i] == '*' && s[i+1] == '/':
+			depth--
+			i++
+			if depth == 0 {
+				return i + 1, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// dollar reads what starts with $ in PostgreSQL: a dollar-quoted string
+// ($$text$$ or $tag$text$tag$), or a parameter ($1), taken for a value.
+func dollar(s string) (token, int, bool) {
+	j := 1
+	for j < len(s) && isDigit(s[j]) {
+		j++
+	}
+	if j > 1 {
+		return token{tokNumber, s[:j]}, j, true
+	}
+	for j < len(s) && s[j] != '$' && isWordByte(s[j]) {
+		j++
+	}
+	if j == len(s) || s[j] != '$' {
+		return token{}, 0, false // a lone $ is not SQL
+	}
+	tag := s[:j+1]
+	end := strings.Index(s[len(tag):], tag)
+	if end < 0 {
+		return token{}, 0, false
+	}
+	return token{tokString, s[len(tag) : len(tag)+end]}, 2*len(tag) + end, true
+}
+
+// lowerASCII folds the ASCII letters of s to lower case.
+func lowerASCII(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 func isWordByte(c byte) bool {
@@ -313,7 +425,7 @@ func isWordByte(c byte) bool {
 // SELECT, and whether its FROM joins more than one table. It fails on
 // what makes the columns of those clauses no guide to an index: GROUP BY,
 // HAVING, DISTINCT, UNION, a window.
-func clauses(toks []token) (where, order []token, joined, ok bool) {
+func clauses(toks []token, sx syntax) (where, order []token, joined, ok bool) {
 	var clause *[]token
 	var from bool // inside the top-level FROM
 	depth := 0
@@ -342,7 +454,8 @@ func clauses(toks []token) (where, order []token, joined, ok bool) {
 		case t.isWord("ORDER") && next("BY"):
 			from, clause = false, &order
 			i++
-		case t.isWord("LIMIT") || t.isWord("FOR") || t.isWord("LOCK") || t.isWord("INTO"):
+		case t.isWord("LIMIT") || t.isWord("FOR") || t.isWord("LOCK") || t.isWord("INTO"),
+			sx.pg && (t.isWord("OFFSET") || t.isWord("FETCH")):
 			from, clause = false, nil
 		case from && (t.is(",") || t.isWord("JOIN") || t.isWord("STRAIGHT_JOIN")):
 			joined = true
@@ -410,13 +523,15 @@ func unwrap(toks []token) []token {
 }
 
 // equality reports whether the condition fixes one column to one value,
-// and returns that column and its qualifier.
-func equality(c []token) (qualifier, col string, ok bool) {
+// and returns that column and its qualifier. In PostgreSQL, col IS NULL
+// does not count: the planner does not take an index's rows where a
+// column is NULL to be in the order of the columns after it.
+func equality(c []token, sx syntax) (qualifier, col string, ok bool) {
 	if q, col, rest := columnRef(c); col != "" {
 		switch {
 		case len(rest) >= 2 && (rest[0].is("=") || rest[0].is("<=>")) && isConstant(rest[1:]):
 			return q, col, true
-		case len(rest) == 2 && rest[0].isWord("IS") && rest[1].isWord("NULL"):
+		case len(rest) == 2 && rest[0].isWord("IS") && rest[1].isWord("NULL") && !sx.pg:
 			return q, col, true
 		case len(rest) >= 3 && rest[0].isWord("IN") && rest[1].is("(") && rest[len(rest)-1].is(")") &&
 			isConstant(rest[2:len(rest)-1]):
@@ -484,17 +599,20 @@ func isKeyword(w string) bool {
 	return false
 }
 
-// quoteIdent quotes a MySQL identifier.
-func quoteIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
+// quoteIdent quotes an identifier.
+func (sx syntax) quoteIdent(s string) string {
+	q := string(sx.quote)
+	return q + strings.ReplaceAll(s, q, q+q) + q
+}
 
 // indexName makes an index name of s: letters, digits and underscores, at
-// most 64 bytes (MySQL's limit).
-func indexName(s string) string {
+// most the server's limit (64 bytes in MySQL, 63 in PostgreSQL).
+func (sx syntax) indexName(s string) string {
 	b := []byte(s)
 	for i, c := range b {
 		if !isWordByte(c) || c >= 0x80 || c == '$' {
 			b[i] = '_'
 		}
 	}
-	return string(b[:min(len(b), 64)])
+	return string(b[:min(len(b), sx.maxName)])
 }

@@ -206,3 +206,88 @@ func (MySQL) Local(err error) bool {
 	}
 	return true
 }
+
+// ForUpdate implements Dialect.
+func (MySQL) ForUpdate() string { return "UPDATE" }
+
+// TxLost implements Dialect: a statement cut short by its context makes
+// the driver close the connection.
+func (MySQL) TxLost(ctx context.Context, tx bun.Tx) bool { return !txAnswers(ctx, tx) }
+
+// SessionSetup implements Dialect.
+func (MySQL) SessionSetup() string {
+	return "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
+}
+
+// ForcePrimary implements Dialect.
+func (MySQL) ForcePrimary() string { return "FORCE INDEX (PRIMARY)" }
+
+// Now implements Dialect: UTC_TIMESTAMP(6), which needs no time zone
+// tables and ignores the session's time_zone.
+func (MySQL) Now() string { return "UTC_TIMESTAMP(6)" }
+
+// NowPlus implements Dialect.
+func (MySQL) NowPlus(d time.Duration) string {
+	return fmt.Sprintf("UTC_TIMESTAMP(6) + INTERVAL %d MICROSECOND", d.Microseconds())
+}
+
+// Time implements Dialect: a DATETIME(6) literal in UTC, formatted here
+// because bun's mysqldialect may be set to convert times to another
+// location.
+func (MySQL) Time(t time.Time) string {
+	return "'" + t.UTC().Format("2006-01-02 15:04:05.999999") + "'"
+}
+
+// InsertIgnore implements Dialect. IGNORE turns every error of a row into
+// a warning, not only a duplicate key: the caller checks the values first.
+func (MySQL) InsertIgnore() (head, tail string) { return "INSERT IGNORE INTO", "" }
+
+// InsertID implements Dialect.
+func (MySQL) InsertID(ctx context.Context, db bun.IDB, insert string) (int64, bool, error) {
+	r, err := db.ExecContext(ctx, insert)
+	if err != nil {
+		return 0, false, err
+	}
+	n, err := r.RowsAffected()
+	if err != nil || n == 0 {
+		return 0, false, err
+	}
+	id, err := r.LastInsertId()
+	return id, err == nil, err
+}
+
+// ShareLock implements Dialect. The shared lock on the unique index entry
+// makes the read see the latest committed row whatever the transaction's
+// snapshot; it does not wait for a claim's lock on the row.
+func (MySQL) ShareLock() string { return "LOCK IN SHARE MODE" }
+
+// MaxStatement implements Dialect: max_allowed_packet.
+func (MySQL) MaxStatement(ctx context.Context, db bun.IDB) (int, error) {
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT @@max_allowed_packet").Scan(&n); err != nil {
+		return 0, fmt.Errorf("read max_allowed_packet: %w", err)
+	}
+	return n, nil
+}
+
+// MissingTable implements Dialect: error 1146.
+func (MySQL) MissingTable(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1146
+}
+
+// Lock implements Dialect with GET_LOCK, which belongs to conn's session.
+func (MySQL) Lock(ctx context.Context, conn bun.Conn, name string, wait time.Duration) (func(), error) {
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", name, int(wait.Seconds())).Scan(&got); err != nil {
+		return nil, fmt.Errorf("take the lock %q: %w", name, err)
+	}
+	if !got.Valid || got.Int64 != 1 {
+		return nil, fmt.Errorf("another process held the lock %q for %s", name, wait)
+	}
+	return func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_, _ = conn.ExecContext(rctx, "SELECT RELEASE_LOCK(?)", name)
+	}, nil
+}

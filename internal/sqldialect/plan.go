@@ -13,22 +13,38 @@ import (
 
 // Plan is what EXPLAIN says of a query.
 type Plan struct {
-	// Steps are the rows of EXPLAIN, one per table read, in order.
+	// Steps are the rows of EXPLAIN, one per table read, in order; or, in
+	// PostgreSQL, the nodes of the plan's tree, each before its children.
 	Steps []PlanStep
 }
 
-// PlanStep is one row of a tabular EXPLAIN, which MySQL and MariaDB share.
+// PlanStep is one row of a tabular EXPLAIN, which MySQL and MariaDB share,
+// or one node of a PostgreSQL plan.
 type PlanStep struct {
-	Table string // the table's alias (or name) in the query
-	Type  string // the access type: ALL, index, range, ref, eq_ref, const…
+	Table string // the table's alias (or name) in the query; empty for a node that reads none
+	Type  string // the access type: ALL, index, range, ref, eq_ref, const…; PostgreSQL's node type: Seq Scan, Index Scan, Sort…
 	Key   string // the index read; empty for none
-	Rows  string // the server's estimate of the rows it examines
-	Extra string // e.g. "Using where; Using filesort"
+	Rows  string // the server's estimate of the rows it examines (PostgreSQL: returns)
+	Extra string // e.g. "Using where; Using filesort"; PostgreSQL: the node's conditions and sort keys, e.g. "Index Cond: (…); Filter: (…)"
+
+	pg pgNode // set for a node of a PostgreSQL plan
+}
+
+// pgNode is what Problems reads of a PostgreSQL plan node besides its type.
+type pgNode struct {
+	node      bool // the step is a PostgreSQL plan node
+	filter    bool // it has a Filter: it reads rows that it drops
+	indexCond bool // it has an Index Cond: it reads a range of its index
 }
 
 // String returns the step as one line:
-// "t: type=ref key=status rows=1 Extra=Using where; Using filesort".
+// "t: type=ref key=status rows=1 Extra=Using where; Using filesort", or,
+// for a PostgreSQL node,
+// "t: Index Scan using t_status_id rows=100 Index Cond: (…)".
 func (s PlanStep) String() string {
+	if s.pg.node {
+		return s.pgString()
+	}
 	key := s.Key
 	if key == "" {
 		key = "NULL"
@@ -103,7 +119,8 @@ func explainRows(ctx context.Context, db bun.IDB, stmt string) ([]PlanStep, erro
 // order of an index and stops at the LIMIT. A scan (type ALL, or index:
 // every entry of an index) counts only when it filters rows ("Using
 // where"): without a filter it stops at the LIMIT, as a read of the whole
-// table in primary key order does.
+// table in primary key order does. A PostgreSQL plan's problems are read
+// the same way from its nodes (see pgProblems).
 func (p Plan) Problems() []string {
 	var out []string
 	add := func(problem string) {
@@ -112,6 +129,12 @@ func (p Plan) Problems() []string {
 		}
 	}
 	for _, s := range p.Steps {
+		if s.pg.node {
+			for _, problem := range s.pgProblems() {
+				add(problem)
+			}
+			continue
+		}
 		filters := strings.Contains(s.Extra, "Using where")
 		switch {
 		case s.Type == "ALL" && filters:

@@ -5,6 +5,7 @@ package sqldialect
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect"
@@ -13,8 +14,17 @@ import (
 // Dialect is what the engine needs to know about a database server.
 type Dialect interface {
 	// SkipLocked is the argument to bun's SelectQuery.For that locks the
-	// selected rows and skips rows other transactions hold.
+	// selected rows and skips rows other transactions hold; empty where
+	// the server has no row locks (see Locking).
 	SkipLocked() string
+	// ForUpdate is the argument to SelectQuery.For that locks the selected
+	// rows for a change that keeps their keys, waiting for other
+	// transactions' locks; empty where the server has no row locks.
+	ForUpdate() string
+	// TxLost reports whether tx is gone after one of its statements was
+	// cut short by the end of its context: the driver closed the
+	// connection, or the server rolled the transaction back.
+	TxLost(ctx context.Context, tx bun.Tx) bool
 	// Retryable reports whether err is a transient conflict (deadlock,
 	// lock wait timeout) after which the transaction should be retried.
 	Retryable(err error) bool
@@ -41,6 +51,40 @@ type Dialect interface {
 	// Explain runs EXPLAIN on query, a SELECT, and returns its plan;
 	// Plan.Problems tells what in it scans or sorts.
 	Explain(ctx context.Context, db bun.IDB, query string) (Plan, error)
+	// SessionSetup is the statement a worker's own connection runs once,
+	// to make its transactions READ COMMITTED by default; empty for none.
+	SessionSetup() string
+	// ForcePrimary is the table hint, after "table AS alias", that makes a
+	// claim by primary key read the primary key's index; empty for none.
+	ForcePrimary() string
+	// Now is the SQL of the database clock's time, in UTC, to the
+	// microsecond where the server keeps it, for a time column to be
+	// compared with. It is read when the statement starts, not when its
+	// transaction did.
+	Now() string
+	// NowPlus is Now plus d, which may be negative.
+	NowPlus(d time.Duration) string
+	// Time renders t as a literal of the jobs tables' time columns.
+	Time(t time.Time) string
+	// InsertIgnore splits an INSERT that skips rows whose unique key is
+	// taken: head replaces "INSERT INTO", tail follows the VALUES.
+	InsertIgnore() (head, tail string)
+	// InsertID runs insert, a one-row InsertIgnore statement into a table
+	// whose key column is id, and returns the new row's id, or false if
+	// the row was skipped.
+	InsertID(ctx context.Context, db bun.IDB, insert string) (int64, bool, error)
+	// ShareLock is the clause, after a SELECT, that reads the latest
+	// committed rows with a shared lock that does not wait for a claim's
+	// row lock.
+	ShareLock() string
+	// MaxStatement returns the largest statement, in bytes, the server
+	// takes.
+	MaxStatement(ctx context.Context, db bun.IDB) (int, error)
+	// MissingTable reports whether err says a table does not exist.
+	MissingTable(err error) bool
+	// Lock takes the named lock on conn, waiting at most wait, for work
+	// that processes must take turns at (migrations); unlock releases it.
+	Lock(ctx context.Context, conn bun.Conn, name string, wait time.Duration) (unlock func(), err error)
 	// SuggestIndex derives from query, a SELECT over table (alias in the
 	// query, in schema, empty for the connection's database) whose
 	// primary key is pks, an index that would serve it: the columns of
@@ -55,7 +99,26 @@ func For(db *bun.DB) (Dialect, error) {
 	switch name := db.Dialect().Name(); name {
 	case dialect.MySQL:
 		return MySQL{}, nil
+	case dialect.PG:
+		return Postgres{}, nil
 	default:
-		return nil, fmt.Errorf("bunqueue: the %s dialect is not supported; use MySQL 8.0.1+ or MariaDB 10.6+ through bun's mysqldialect", name)
+		return nil, fmt.Errorf("bunqueue: the %s dialect is not supported; use MySQL 8.0.1+ or MariaDB 10.6+ through bun's mysqldialect, or PostgreSQL 12+ through pgdialect", name)
 	}
+}
+
+// Locking adds to sel the lock clause for (SkipLocked or ForUpdate), if
+// the server has one.
+func Locking(sel *bun.SelectQuery, clause string) *bun.SelectQuery {
+	if clause == "" {
+		return sel
+	}
+	return sel.For(clause)
+}
+
+// txAnswers reports whether tx still runs statements: where a statement
+// cut short by its context closes the connection, that tells whether the
+// transaction is lost.
+func txAnswers(ctx context.Context, tx bun.Tx) bool {
+	_, err := tx.ExecContext(ctx, "SELECT 1")
+	return err == nil
 }

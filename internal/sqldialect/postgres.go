@@ -1,0 +1,430 @@
+package sqldialect
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/uptrace/bun"
+)
+
+// Postgres is the dialect of PostgreSQL 11+, through pgx's database/sql
+// driver (github.com/jackc/pgx/v5/stdlib) or bun's pgdriver. It imports
+// neither: it reads their errors through the methods they share.
+type Postgres struct{}
+
+var _ Dialect = Postgres{}
+
+// pgNeeds says what the startup probe proves missing.
+const pgNeeds = "bunqueue needs a server that skips locked rows (PostgreSQL 11+)"
+
+// SkipLocked implements Dialect. NO KEY UPDATE is the lock an UPDATE that
+// leaves the key alone takes: it lets foreign key checks and ShareLock's
+// FOR KEY SHARE through, which FOR UPDATE would make wait.
+func (Postgres) SkipLocked() string { return "NO KEY UPDATE SKIP LOCKED" }
+
+// Retryable implements Dialect: 40P01 deadlock, 55P03 lock not available
+// (lock_timeout), 40001 serialization failure (REPEATABLE READ and
+// SERIALIZABLE only). Each aborts the whole transaction, not only its
+// statement.
+func (Postgres) Retryable(err error) bool {
+	switch sqlState(err) {
+	case "40P01", "55P03", "40001":
+		return true
+	}
+	return false
+}
+
+// sqlState returns the SQLSTATE of the server error in err's chain, or ""
+// for none: pgx's *pgconn.PgError (and lib/pq's *pq.Error) have
+// SQLState(), bun's pgdriver.Error has Field('C').
+func sqlState(err error) string {
+	if err == nil {
+		return ""
+	}
+	var state interface{ SQLState() string }
+	if errors.As(err, &state) {
+		return state.SQLState()
+	}
+	var fields interface{ Field(byte) string }
+	if errors.As(err, &fields) {
+		return fields.Field('C')
+	}
+	return ""
+}
+
+// CheckServer implements Dialect. It creates ProbeTable if it is missing
+// (only then: CREATE TABLE IF NOT EXISTS needs the CREATE privilege on the
+// schema even when the table exists). The table is looked up in the
+// connection's search_path, as bun's unqualified names are, and created in
+// its first schema.
+func (d Postgres) CheckServer(ctx context.Context, db *bun.DB) error {
+	exists := func() (bool, error) {
+		var ok bool
+		err := db.QueryRowContext(ctx, "SELECT to_regclass(?) IS NOT NULL", ProbeTable).Scan(&ok)
+		return ok, err
+	}
+	ok, err := exists()
+	if err != nil {
+		return fmt.Errorf("bunqueue: startup probe: %w", err)
+	}
+	if !ok {
+		ddl := "CREATE TABLE IF NOT EXISTS " + ProbeTable + " (id INT NOT NULL PRIMARY KEY)"
+		if _, err := db.ExecContext(ctx, ddl); err != nil {
+			// Two processes creating it at once: one of them fails with
+			// a unique violation of the catalog, and finds it made.
+			if ok, _ := exists(); !ok {
+				return fmt.Errorf("bunqueue: create the startup probe table %s (the probe proves the server skips locked rows; grant CREATE on the schema, or create it once as an administrator: CREATE TABLE %s (id INT NOT NULL PRIMARY KEY), and grant SELECT, INSERT, UPDATE on it): %w", ProbeTable, ProbeTable, err)
+			}
+		}
+	}
+	return d.Probe(ctx, db, ProbeTable)
+}
+
+// Probe locks row 1 of table (id INT primary key, rows 1 and 2 inserted
+// if missing) on one connection and asks a second for the first unlocked
+// row: it must get row 2 at once.
+func (d Postgres) Probe(ctx context.Context, db *bun.DB, table string) error {
+	if _, err := db.ExecContext(ctx, "INSERT INTO "+table+" (id) VALUES (1), (2) ON CONFLICT DO NOTHING"); err != nil {
+		return fmt.Errorf("bunqueue: startup probe: %w", err)
+	}
+	var version string
+	if err := db.QueryRowContext(ctx, "SHOW server_version").Scan(&version); err != nil {
+		return fmt.Errorf("bunqueue: startup probe: %w", err)
+	}
+	version = "PostgreSQL " + version
+
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	failed := func(err error) error {
+		if pctx.Err() != nil && ctx.Err() == nil {
+			return fmt.Errorf("bunqueue: startup probe: no connection or no lock on %s within %s (is the connection pool busy, or another session holding the probe row?): %w", table, probeTimeout, err)
+		}
+		return fmt.Errorf("bunqueue: startup probe: %w", err)
+	}
+	holder, err := db.BeginTx(pctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return failed(err)
+	}
+	defer func() { _ = holder.Rollback() }()
+	var id int
+	if err := holder.QueryRowContext(pctx, "SELECT id FROM "+table+" WHERE id = 1 FOR UPDATE").Scan(&id); err != nil {
+		return failed(err)
+	}
+	other, err := db.BeginTx(pctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return failed(err)
+	}
+	defer func() { _ = other.Rollback() }() // before holder's: a concurrent probe's holder then finds row 2 free
+	// The server, too, bounds the wait: bun's pgdriver leaves the
+	// statement running on the server when the context ends.
+	if _, err := other.ExecContext(pctx, "SET LOCAL lock_timeout = ?", fmt.Sprintf("%dms", probeWait.Milliseconds())); err != nil {
+		return failed(err)
+	}
+
+	wctx, wcancel := context.WithTimeout(pctx, probeWait+time.Second)
+	defer wcancel()
+	err = other.QueryRowContext(wctx, "SELECT id FROM "+table+" ORDER BY id LIMIT 1 FOR "+d.SkipLocked()).Scan(&id)
+	switch {
+	case sqlState(err) == "42601": // syntax_error
+		return fmt.Errorf("bunqueue: server %s does not understand SKIP LOCKED; %s: %w", version, pgNeeds, err)
+	case sqlState(err) == "55P03", wctx.Err() != nil && pctx.Err() == nil:
+		return fmt.Errorf("bunqueue: server %s waited for a locked row instead of skipping it; %s", version, pgNeeds)
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("bunqueue: server %s skipped unlocked rows in the startup probe; %s", version, pgNeeds)
+	case err != nil:
+		return failed(err)
+	case id != 2:
+		return fmt.Errorf("bunqueue: server %s returned a row another transaction had locked: it ignores SKIP LOCKED; %s", version, pgNeeds)
+	}
+	return nil
+}
+
+// regclass returns the name of the table as to_regclass reads it: quoted,
+// as bun quotes it, and in the connection's search_path when schema is
+// empty.
+func regclass(schema, table string) string {
+	if schema == "" {
+		return pgSyntax.quoteIdent(table)
+	}
+	return pgSyntax.quoteIdent(schema) + "." + pgSyntax.quoteIdent(table)
+}
+
+// pgRelKinds names pg_class.relkind's kinds of relation that are not
+// tables.
+var pgRelKinds = map[string]string{
+	"v": "view",
+	"m": "materialized view",
+	"f": "foreign table",
+	"S": "sequence",
+	"i": "index",
+	"I": "partitioned index",
+	"c": "composite type",
+	"t": "TOAST table",
+}
+
+// CheckTable implements Dialect. It takes ordinary and partitioned tables,
+// whose rows every PostgreSQL table locks, and refuses the rest, views
+// included: even where PostgreSQL locks rows through a simple view, a view
+// has no primary key for the queue to claim rows by.
+func (Postgres) CheckTable(ctx context.Context, db *bun.DB, schema, table string) error {
+	var kind string
+	err := db.QueryRowContext(ctx, "SELECT relkind::text FROM pg_class WHERE oid = to_regclass(?)", regclass(schema, table)).Scan(&kind)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("bunqueue: table %s does not exist in the database; create it before Start", table)
+	case err != nil:
+		return fmt.Errorf("bunqueue: check table %s: %w", table, err)
+	case kind == "r", kind == "p":
+		return nil
+	}
+	name, ok := pgRelKinds[kind]
+	if !ok {
+		name = "relation of kind " + kind
+	}
+	return fmt.Errorf("bunqueue: %s is a %s, not a table; a queue must be declared over a table", table, name)
+}
+
+// PrimaryKey implements Dialect, from pg_index.
+func (Postgres) PrimaryKey(ctx context.Context, db bun.IDB, schema, table string) ([]string, error) {
+	rows, err := db.QueryContext(ctx, "SELECT a.attname FROM pg_index i "+
+		"JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) "+
+		"WHERE i.indrelid = to_regclass(?) AND i.indisprimary "+
+		"ORDER BY array_position(i.indkey::int2[], a.attnum)", regclass(schema, table))
+	if err != nil {
+		return nil, fmt.Errorf("bunqueue: read the primary key of %s: %w", table, err)
+	}
+	defer rows.Close()
+	var cols []string
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			return nil, fmt.Errorf("bunqueue: read the primary key of %s: %w", table, err)
+		}
+		cols = append(cols, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("bunqueue: read the primary key of %s: %w", table, err)
+	}
+	return cols, nil
+}
+
+// SessionID implements Dialect: the backend's process id.
+func (Postgres) SessionID(ctx context.Context, db bun.IDB) (int64, error) {
+	var id int64
+	if err := db.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&id); err != nil {
+		return 0, err
+	}
+	return id, nil
+}
+
+// EndSession implements Dialect with pg_terminate_backend, which a role
+// may call on its own sessions (others need pg_signal_backend). The
+// backend exits, rolling back its transaction, a moment after it returns.
+// Ending a session that is already gone is not an error.
+func (Postgres) EndSession(ctx context.Context, db bun.IDB, id int64) error {
+	var ok bool // false, with a warning, when no backend has that id
+	return db.QueryRowContext(ctx, "SELECT pg_terminate_backend(?)", id).Scan(&ok)
+}
+
+// Local implements Dialect. Besides server errors (those with an
+// SQLSTATE), network and context errors, it counts every error of pgx's
+// connection package (a *pgconn.ConnectError, "conn closed", a timeout…)
+// as not local: those are told apart by their package, as the dialect
+// does not import pgx.
+func (Postgres) Local(err error) bool {
+	var ne net.Error
+	switch {
+	case err == nil,
+		sqlState(err) != "",
+		errors.As(err, &ne),
+		errors.Is(err, driver.ErrBadConn),
+		errors.Is(err, sql.ErrConnDone),
+		errors.Is(err, sql.ErrTxDone),
+		errors.Is(err, io.EOF),
+		errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, context.Canceled),
+		errors.Is(err, context.DeadlineExceeded),
+		inChain(err, fromPgconn):
+		return false
+	}
+	return true
+}
+
+// fromPgconn reports whether err's type is declared in pgx's connection
+// package (v5's, or v4's own module).
+func fromPgconn(err error) bool {
+	t := reflect.TypeOf(err)
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	pkg := t.PkgPath()
+	return strings.HasPrefix(pkg, "github.com/jackc/pgx/v5/pgconn") || strings.HasPrefix(pkg, "github.com/jackc/pgconn")
+}
+
+// inChain reports whether f holds for err or an error it wraps.
+func inChain(err error, f func(error) bool) bool {
+	for err != nil {
+		if f(err) {
+			return true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if inChain(e, f) {
+					return true
+				}
+			}
+			return false
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// SessionSetup implements Dialect. READ COMMITTED is PostgreSQL's default
+// too, unless default_transaction_isolation says otherwise.
+func (Postgres) SessionSetup() string {
+	return "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED"
+}
+
+// ForcePrimary implements Dialect: none, PostgreSQL has no index hints (and
+// reads a claim's few keys through the primary key without one).
+func (Postgres) ForcePrimary() string { return "" }
+
+// Now implements Dialect: statement_timestamp(), a timestamptz. now() is
+// the time the transaction started: a claim's later statements would
+// stamp rows with it.
+func (Postgres) Now() string { return "statement_timestamp()" }
+
+// NowPlus implements Dialect. The interval literal keeps every
+// microsecond, where a multiplication of an interval goes through float8.
+func (Postgres) NowPlus(d time.Duration) string {
+	return fmt.Sprintf("statement_timestamp() + INTERVAL '%d microseconds'", d.Microseconds())
+}
+
+// Time implements Dialect: a timestamptz literal in UTC with its offset,
+// as bun's pgdialect renders times, which means the same instant whatever
+// the session's TimeZone. Untyped, it takes the type of the column it is
+// compared with or stored in.
+func (Postgres) Time(t time.Time) string {
+	return "'" + t.UTC().Format("2006-01-02 15:04:05.999999-07:00") + "'"
+}
+
+// InsertIgnore implements Dialect. ON CONFLICT DO NOTHING skips a row
+// whose unique key is taken, and only that: other errors stay errors.
+func (Postgres) InsertIgnore() (head, tail string) { return "INSERT INTO", " ON CONFLICT DO NOTHING" }
+
+// InsertID implements Dialect with RETURNING id: neither PostgreSQL driver
+// implements LastInsertId. A skipped row returns no row.
+func (Postgres) InsertID(ctx context.Context, db bun.IDB, insert string) (int64, bool, error) {
+	var id int64
+	err := db.QueryRowContext(ctx, insert+" RETURNING id").Scan(&id)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, err
+	}
+	return id, true, nil
+}
+
+// ShareLock implements Dialect. FOR KEY SHARE reads the latest committed
+// row version in READ COMMITTED, and does not wait for a claim's FOR NO
+// KEY UPDATE (FOR SHARE would).
+func (Postgres) ShareLock() string { return "FOR KEY SHARE" }
+
+// pgMaxStatement is MaxStatement. PostgreSQL has no setting for it: a
+// statement is one protocol message, which may reach 1 GB, but the server
+// holds it, and its parse tree, in memory several times over; batches of
+// 64 MiB keep that to a sane size.
+const pgMaxStatement = 64 << 20
+
+// MaxStatement implements Dialect: a constant, pgMaxStatement.
+func (Postgres) MaxStatement(context.Context, bun.IDB) (int, error) { return pgMaxStatement, nil }
+
+// MissingTable implements Dialect: 42P01 undefined table, and 3F000
+// invalid schema name, which a table qualified with a missing schema
+// gives.
+func (Postgres) MissingTable(err error) bool {
+	switch sqlState(err) {
+	case "42P01", "3F000":
+		return true
+	}
+	return false
+}
+
+// LockKey returns the key of the advisory lock Lock takes for name: the
+// 64-bit FNV-1a hash of the name, the same in every process and on every
+// server version.
+func (Postgres) LockKey(name string) int64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(name))
+	return int64(h.Sum64())
+}
+
+// Lock implements Dialect with a session-level advisory lock, which
+// belongs to conn's session. It waits with lock_timeout set to wait on the
+// session, then restores the session's lock_timeout; with wait zero or
+// less it does not wait (lock_timeout 0 would wait for ever).
+func (d Postgres) Lock(ctx context.Context, conn bun.Conn, name string, wait time.Duration) (func(), error) {
+	key := d.LockKey(name)
+	held := fmt.Errorf("another process held the lock %q (advisory lock %d) for %s", name, key, wait)
+	unlock := func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_, _ = conn.ExecContext(rctx, "SELECT pg_advisory_unlock(?)", key)
+	}
+	if wait <= 0 {
+		var got bool
+		if err := conn.QueryRowContext(ctx, "SELECT pg_try_advisory_lock(?)", key).Scan(&got); err != nil {
+			return nil, fmt.Errorf("take the lock %q: %w", name, err)
+		}
+		if !got {
+			return nil, held
+		}
+		return unlock, nil
+	}
+
+	var old string
+	if err := conn.QueryRowContext(ctx, "SELECT current_setting('lock_timeout')").Scan(&old); err != nil {
+		return nil, fmt.Errorf("take the lock %q: %w", name, err)
+	}
+	ms := min(max(wait.Milliseconds(), 1), 1<<31-1) // lock_timeout is an int of milliseconds
+	if _, err := conn.ExecContext(ctx, "SELECT set_config('lock_timeout', ?, false)", fmt.Sprintf("%dms", ms)); err != nil {
+		return nil, fmt.Errorf("take the lock %q: %w", name, err)
+	}
+	_, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock(?)", key)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_, rerr := conn.ExecContext(rctx, "SELECT set_config('lock_timeout', ?, false)", old)
+	switch {
+	case sqlState(err) == "55P03":
+		return nil, held
+	case err != nil:
+		return nil, fmt.Errorf("take the lock %q: %w", name, err)
+	case rerr != nil:
+		unlock()
+		return nil, fmt.Errorf("take the lock %q: restore lock_timeout: %w", name, rerr)
+	}
+	return unlock, nil
+}
+
+// ForUpdate implements Dialect: NO KEY UPDATE, which lets the shared
+// lock of ShareLock (FOR KEY SHARE) and foreign key checks through.
+func (Postgres) ForUpdate() string { return "NO KEY UPDATE" }
+
+// TxLost implements Dialect: a statement cut short by its context makes
+// the driver close the connection.
+func (Postgres) TxLost(ctx context.Context, tx bun.Tx) bool { return !txAnswers(ctx, tx) }

@@ -1,0 +1,265 @@
+package bunqueue_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+
+	"github.com/bunqueue/bunqueue"
+	"github.com/bunqueue/bunqueue/internal/dbtest"
+)
+
+// The tests of this file run the engine on every supported server
+// (dbtest.Servers): a queue over an app's table, the jobs table in both
+// modes with retries, the failed jobs and their replay, and timeouts.
+
+// onServers runs test once per server, as a subtest named after it.
+func onServers(t *testing.T, test func(t *testing.T, srv dbtest.Server)) {
+	t.Parallel()
+	for _, srv := range dbtest.Servers() {
+		t.Run(srv.Name, func(t *testing.T) {
+			t.Parallel()
+			test(t, srv)
+		})
+	}
+}
+
+// srvTable creates a table, and its extra indexes, with DDL that every
+// server takes; it is dropped when the test ends.
+func srvTable(t *testing.T, db *bun.DB, name, columns string, indexes ...string) {
+	t.Helper()
+	dbtest.Exec(t, db, "DROP TABLE IF EXISTS "+name, "CREATE TABLE "+name+" ("+columns+")")
+	for i, cols := range indexes {
+		dbtest.Exec(t, db, fmt.Sprintf("CREATE INDEX %s_%d ON %s (%s)", name, i, name, cols))
+	}
+	t.Cleanup(func() { _, _ = db.Exec("DROP TABLE IF EXISTS " + name) })
+}
+
+type srvItem struct {
+	bun.BaseModel `bun:"table:bq_srv_item"`
+	ID            int64 `bun:",pk"`
+	Status        string
+	Attempts      int
+}
+
+// overlaps records handler runs, and counts the runs of one item that
+// overlapped another's.
+type overlaps struct {
+	mu      sync.Mutex
+	running map[int64]bool
+	twice   int
+}
+
+func (o *overlaps) run(id int64) func() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.running == nil {
+		o.running = map[int64]bool{}
+	}
+	if o.running[id] {
+		o.twice++
+	}
+	o.running[id] = true
+	return func() {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		delete(o.running, id)
+	}
+}
+
+// A queue over an app's table, two clients of four workers: every row is
+// processed, its effect committed exactly once, never by two workers at
+// once; failing rows are recorded by OnError, their writes undone.
+func TestServersTableQueue(t *testing.T) {
+	onServers(t, func(t *testing.T, srv dbtest.Server) {
+		db := srv.Open(t, 0)
+		srvTable(t, db, "bq_srv_item", "id BIGINT NOT NULL PRIMARY KEY, status VARCHAR(16) NOT NULL DEFAULT 'waiting', attempts INT NOT NULL DEFAULT 0", "status, id")
+		srvTable(t, db, "bq_srv_effect", "item BIGINT NOT NULL")
+		const rows = 1000
+		values := make([]string, rows)
+		for i := range values {
+			values[i] = fmt.Sprintf("(%d)", i+1)
+		}
+		dbtest.Exec(t, db, "INSERT INTO bq_srv_item (id) VALUES "+strings.Join(values, ", "))
+		bad := func(id int64) bool { return id%97 == 0 }
+		var o overlaps
+		newQueue := func() *bunqueue.Queue[srvItem] {
+			return bunqueue.NewQueue("srv-items", func(q *bun.SelectQuery) *bun.SelectQuery {
+				return q.Where("status = 'waiting'").Order("id")
+			}, func(ctx context.Context, tx bun.Tx, it *srvItem) error {
+				defer o.run(it.ID)()
+				if _, err := tx.NewRaw("INSERT INTO bq_srv_effect (item) VALUES (?)", it.ID).Exec(ctx); err != nil {
+					return err
+				}
+				if bad(it.ID) {
+					return errors.New("bad row (test)")
+				}
+				_, err := tx.NewUpdate().Model(it).Set("status = 'done'").WherePK().Exec(ctx)
+				return err
+			}, &bunqueue.QueueConfig[srvItem]{
+				OnError: func(ctx context.Context, tx bun.Tx, it *srvItem, _ error) error {
+					_, err := tx.NewUpdate().Model(it).Set("status = 'failed'").Set("attempts = attempts + 1").WherePK().Exec(ctx)
+					return err
+				},
+			})
+		}
+		start(t, newClient(t, db, newQueue()))
+		start(t, newClient(t, srv.Open(t, 0), newQueue()))
+		eventually(t, time.Minute, func() bool {
+			return count(t, db, "SELECT COUNT(*) FROM bq_srv_item WHERE status = 'waiting'") == 0
+		}, "every row left the queue")
+		failed := rows / 97
+		require.Equal(t, rows-failed, count(t, db, "SELECT COUNT(*) FROM bq_srv_item WHERE status = 'done'"))
+		require.Equal(t, failed, count(t, db, "SELECT COUNT(*) FROM bq_srv_item WHERE status = 'failed' AND attempts = 1"))
+		require.Equal(t, rows-failed, count(t, db, "SELECT COUNT(*) FROM bq_srv_effect"), "one effect per done row; the failed rows' undone")
+		require.Equal(t, rows-failed, count(t, db, "SELECT COUNT(DISTINCT item) FROM bq_srv_effect"), "no effect twice")
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		require.Zero(t, o.twice, "no row ran on two workers at once")
+	})
+}
+
+type srvJobArgs struct {
+	N    int  `json:"n"`
+	Fail bool `json:"fail"`
+}
+
+func (srvJobArgs) Kind() string { return "bq_srv_job" }
+
+// The jobs table in lock and lease mode: transactional enqueue, unique
+// keys, delays, retries with backoff, the failed jobs and their replay.
+func TestServersJobs(t *testing.T) {
+	onServers(t, func(t *testing.T, srv dbtest.Server) {
+		db := srv.Open(t, 0)
+		require.NoError(t, bunqueue.Migrate(t.Context(), db))
+		require.NoError(t, bunqueue.Migrate(t.Context(), db), "Migrate is idempotent")
+		effects := dbtest.Name("bq_srv_jobeff")
+		srvTable(t, db, effects, "n BIGINT NOT NULL, queue VARCHAR(64) NOT NULL")
+		for _, mode := range []bunqueue.JobMode{bunqueue.ModeLock, bunqueue.ModeLease} {
+			t.Run(mode.String(), func(t *testing.T) {
+				queue := jobQueue(t)
+				t.Cleanup(func() { deleteJobQueueRows(db, queue) })
+				c, err := bunqueue.NewClient(db, &bunqueue.Config{
+					PollInterval: 50 * time.Millisecond, Logger: testLogger(t), Backoff: fastBackoff,
+					JobQueues: map[string]bunqueue.JobQueueConfig{queue: {Mode: mode, Lease: 5 * time.Second}},
+				})
+				require.NoError(t, err)
+				var mu sync.Mutex
+				runs := map[int]int{}
+				require.NoError(t, bunqueue.AddWorker(c, bunqueue.WorkerFunc[srvJobArgs](func(ctx context.Context, tx bun.IDB, job *bunqueue.Job[srvJobArgs]) error {
+					mu.Lock()
+					runs[job.Args.N]++
+					mu.Unlock()
+					if job.Args.Fail {
+						return errors.New("this job fails (test)")
+					}
+					_, err := tx.NewRaw("INSERT INTO ? (n, queue) VALUES (?, ?)", bun.Ident(effects), job.Args.N, queue).Exec(ctx)
+					return err
+				})))
+
+				// Enqueued in a transaction with the app's writes: rolled
+				// back, nothing; committed, all.
+				const n = 200
+				jobs := make([]bunqueue.EnqueueParams, n)
+				for i := range jobs {
+					jobs[i] = bunqueue.EnqueueParams{Args: srvJobArgs{N: i + 1}, Opts: &bunqueue.EnqueueOpts{Queue: queue}}
+				}
+				tx, err := db.BeginTx(t.Context(), nil)
+				require.NoError(t, err)
+				_, err = c.EnqueueMany(t.Context(), tx, jobs)
+				require.NoError(t, err)
+				require.NoError(t, tx.Rollback())
+				require.Zero(t, count(t, db, "SELECT COUNT(*) FROM bunqueue_jobs WHERE queue = ?", queue))
+				require.NoError(t, db.RunInTx(t.Context(), nil, func(ctx context.Context, tx bun.Tx) error {
+					inserted, err := c.EnqueueMany(ctx, tx, jobs)
+					require.Equal(t, n, inserted)
+					return err
+				}))
+				unique := &bunqueue.EnqueueOpts{Queue: queue, UniqueKey: dbtest.Name("k")}
+				first, err := c.Enqueue(t.Context(), db, srvJobArgs{N: n + 1}, unique)
+				require.NoError(t, err)
+				again, err := c.Enqueue(t.Context(), db, srvJobArgs{N: n + 1}, unique)
+				require.NoError(t, err)
+				require.True(t, again.Duplicate)
+				require.Equal(t, first.ID, again.ID)
+				_, err = c.Enqueue(t.Context(), db, srvJobArgs{N: n + 2}, &bunqueue.EnqueueOpts{Queue: queue, Delay: 300 * time.Millisecond})
+				require.NoError(t, err)
+				_, err = c.Enqueue(t.Context(), db, srvJobArgs{N: n + 3}, &bunqueue.EnqueueOpts{Queue: queue, RunAt: time.Now().Add(200 * time.Millisecond)})
+				require.NoError(t, err)
+				failing := enqueueOne(t, c, db, srvJobArgs{N: n + 4, Fail: true}, &bunqueue.EnqueueOpts{Queue: queue, MaxAttempts: 2})
+
+				start(t, c)
+				f := waitFailed(t, db, failing, 30*time.Second)
+				require.Equal(t, 2, f.Attempts, "retried once, then failed")
+				require.Contains(t, f.Error, "this job fails (test)")
+				eventually(t, 30*time.Second, func() bool {
+					return count(t, db, "SELECT COUNT(*) FROM bunqueue_jobs WHERE queue = ?", queue) == 0
+				}, "every job ran")
+				require.Equal(t, n+3, count(t, db, "SELECT COUNT(DISTINCT n) FROM ? WHERE queue = ?", bun.Ident(effects), queue))
+				if mode == bunqueue.ModeLock {
+					require.Equal(t, n+3, count(t, db, "SELECT COUNT(*) FROM ? WHERE queue = ?", bun.Ident(effects), queue), "each effect once")
+				}
+
+				// Replayed, it runs again (and fails again).
+				newID, err := c.RetryFailed(t.Context(), f.ID)
+				require.NoError(t, err)
+				f2 := waitFailed(t, db, newID, 30*time.Second)
+				require.Equal(t, 2, f2.Attempts)
+				mu.Lock()
+				defer mu.Unlock()
+				require.Equal(t, 4, runs[n+4], "two attempts, twice")
+			})
+		}
+	})
+}
+
+// A handler that hangs in SQL past the queue's Timeout: the server
+// session is ended, the failure recorded apart, the other rows flow.
+func TestServersTimeout(t *testing.T) {
+	onServers(t, func(t *testing.T, srv dbtest.Server) {
+		db := srv.Open(t, 0)
+		srvTable(t, db, "bq_srv_timeout", "id BIGINT NOT NULL PRIMARY KEY, status VARCHAR(16) NOT NULL DEFAULT 'waiting', attempts INT NOT NULL DEFAULT 0", "status, id")
+		dbtest.Exec(t, db, "INSERT INTO bq_srv_timeout (id) VALUES (1), (2), (3), (4)")
+		type item struct {
+			bun.BaseModel `bun:"table:bq_srv_timeout"`
+			ID            int64 `bun:",pk"`
+			Status        string
+		}
+		var failures failures
+		q := bunqueue.NewQueue("srv-timeout", func(q *bun.SelectQuery) *bun.SelectQuery {
+			return q.Where("status = 'waiting'").Order("id")
+		}, func(ctx context.Context, tx bun.Tx, it *item) error {
+			if _, err := tx.NewUpdate().Model(it).Set("status = 'done'").WherePK().Exec(ctx); err != nil {
+				return err
+			}
+			if it.ID == 2 {
+				_, err := tx.ExecContext(ctx, srv.Sleep(60))
+				return err
+			}
+			return nil
+		}, &bunqueue.QueueConfig[item]{
+			Workers: 2, Timeout: 300 * time.Millisecond,
+			OnError: func(ctx context.Context, tx bun.Tx, it *item, err error) error {
+				failures.add(it.ID, err)
+				_, uerr := tx.NewUpdate().Model(it).Set("status = 'failed'").WherePK().Exec(ctx)
+				return uerr
+			},
+		})
+		start(t, newClient(t, db, q))
+		eventually(t, 20*time.Second, func() bool {
+			return count(t, db, "SELECT COUNT(*) FROM bq_srv_timeout WHERE status = 'waiting'") == 0
+		}, "every row left the queue without waiting for the 60 s sleep")
+		require.Equal(t, "failed", str(t, db, "SELECT status FROM bq_srv_timeout WHERE id = 2"))
+		require.Equal(t, 3, count(t, db, "SELECT COUNT(*) FROM bq_srv_timeout WHERE status = 'done'"))
+		causes := failures.of(2)
+		require.Len(t, causes, 1)
+		require.ErrorContains(t, causes[0], "timed out after 300ms")
+	})
+}
