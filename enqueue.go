@@ -87,7 +87,7 @@ func (c *Client) Enqueue(ctx context.Context, db bun.IDB, args JobArgs, opts *En
 		return err
 	})
 	if err != nil {
-		return EnqueueResult{}, fmt.Errorf("bunqueue: enqueue %s: %w", args.Kind(), err)
+		return EnqueueResult{}, fmt.Errorf("bunqueue: enqueue %s: %w", args.Kind(), c.notMigrated(err))
 	}
 	return res, nil
 }
@@ -172,7 +172,7 @@ func (c *Client) EnqueueMany(ctx context.Context, db bun.IDB, jobs []EnqueuePara
 			return err
 		})
 		if err != nil {
-			return inserted, fmt.Errorf("bunqueue: EnqueueMany: %w", err)
+			return inserted, fmt.Errorf("bunqueue: EnqueueMany: %w", c.notMigrated(err))
 		}
 	}
 	return inserted, nil

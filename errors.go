@@ -23,6 +23,11 @@ var (
 	// client has started.
 	ErrStarted = errors.New("bunqueue: client already started")
 
+	// ErrNotMigrated is wrapped by the errors of the jobs API (Enqueue,
+	// EnqueueMany, FailedJobs, RetryFailed, DeleteFailed) when the jobs
+	// tables do not exist in the database: run Migrate first.
+	ErrNotMigrated = errors.New("bunqueue: the jobs tables (bunqueue_jobs, bunqueue_failed_jobs) do not exist: run bunqueue.Migrate (or `bunqueue migrate`) first")
+
 	// ErrStopped is returned by Client.Start after Client.Stop: a client
 	// runs once; create a new one to run again.
 	ErrStopped = errors.New("bunqueue: client stopped; create a new Client to start again")
@@ -106,3 +111,12 @@ func (e *cancelError) Unwrap() error { return e.err }
 // ErrFailedJobNotFound is returned by RetryFailed and DeleteFailed for an
 // id that is not in the failed-jobs table.
 var ErrFailedJobNotFound = errors.New("bunqueue: no failed job with that id")
+
+// notMigrated wraps err, an error of a query on the jobs tables, with
+// ErrNotMigrated if it says a table does not exist.
+func (c *Client) notMigrated(err error) error {
+	if err != nil && c.dialect.MissingTable(err) {
+		return fmt.Errorf("%w (%w)", ErrNotMigrated, err)
+	}
+	return err
+}

@@ -82,7 +82,7 @@ func (c *Client) FailedJobsTx(ctx context.Context, db bun.IDB, filter FailedJobs
 	}
 	var out []FailedJob
 	if err := q.OrderExpr("id DESC").Limit(int64(filter.Limit)).Scan(ctx, &out); err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("bunqueue: list failed jobs: %w", err)
+		return nil, fmt.Errorf("bunqueue: list failed jobs: %w", c.notMigrated(err))
 	}
 	return out, nil
 }
@@ -132,7 +132,7 @@ func (c *Client) RetryFailedTx(ctx context.Context, db bun.IDB, id int64) (int64
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("bunqueue: retry failed job %d: %w", id, err)
+		return 0, fmt.Errorf("bunqueue: retry failed job %d: %w", id, c.notMigrated(err))
 	}
 	return newID, nil
 }
@@ -148,7 +148,7 @@ func (c *Client) DeleteFailedTx(ctx context.Context, db bun.IDB, id int64) error
 	gone, err := affected(db.NewDelete().Model((*FailedJob)(nil)).Where("id = ?", id).Exec(ctx))
 	switch {
 	case err != nil:
-		return fmt.Errorf("bunqueue: delete failed job %d: %w", id, err)
+		return fmt.Errorf("bunqueue: delete failed job %d: %w", id, c.notMigrated(err))
 	case !gone:
 		return fmt.Errorf("bunqueue: delete failed job %d: %w", id, ErrFailedJobNotFound)
 	}

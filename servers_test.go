@@ -2,6 +2,7 @@ package bunqueue_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect/mysqldialect"
+	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/bunqueue/bunqueue"
 	"github.com/bunqueue/bunqueue/internal/dbtest"
@@ -261,5 +265,86 @@ func TestServersTimeout(t *testing.T) {
 		causes := failures.of(2)
 		require.Len(t, causes, 1)
 		require.ErrorContains(t, causes[0], "timed out after 300ms")
+	})
+}
+
+// timeType is a column type for a UTC time on srv.
+func timeType(srv dbtest.Server) string {
+	switch srv.Name {
+	case "postgres":
+		return "TIMESTAMPTZ"
+	case "mysql":
+		return "DATETIME(6)"
+	}
+	return "DATETIME"
+}
+
+// bunqueue.Now and NowPlus give the database clock on every server, with
+// which a queue query compares the times the app stored.
+func TestServersClock(t *testing.T) {
+	onServers(t, func(t *testing.T, srv dbtest.Server) {
+		db := srv.Open(t, 0)
+		table := dbtest.Name("bq_srv_clock")
+		srvTable(t, db, table, "id BIGINT NOT NULL PRIMARY KEY, due "+timeType(srv)+" NULL")
+		_, err := db.NewRaw("INSERT INTO ? (id, due) VALUES (1, ?), (2, ?), (3, NULL), (4, ?)", bun.Ident(table),
+			bunqueue.NowPlus(db, -time.Second), bunqueue.NowPlus(db, time.Hour), bunqueue.Now(db)).Exec(t.Context())
+		require.NoError(t, err)
+		var due []int64
+		require.NoError(t, db.NewRaw("SELECT id FROM ? WHERE due IS NULL OR due <= ? ORDER BY id", bun.Ident(table), bunqueue.Now(db)).Scan(t.Context(), &due))
+		require.Equal(t, []int64{1, 3, 4}, due)
+		var at time.Time
+		require.NoError(t, db.NewRaw("SELECT due FROM ? WHERE id = 2", bun.Ident(table)).Scan(t.Context(), &at))
+		require.WithinDuration(t, time.Now().Add(time.Hour), at, time.Minute, "an hour from now, in UTC, read back as an instant")
+	})
+}
+
+// emptyDB opens a database (a schema on PostgreSQL) of srv that has no
+// tables, dropped when the test ends.
+func emptyDB(t *testing.T, srv dbtest.Server) *bun.DB {
+	t.Helper()
+	admin := srv.Open(t, 0)
+	name := dbtest.Name("bq_empty")
+	switch srv.Name {
+	case "mysql":
+		dbtest.Exec(t, admin, "CREATE DATABASE "+name)
+		t.Cleanup(func() { _, _ = admin.Exec("DROP DATABASE IF EXISTS " + name) })
+		cfg, err := mysql.ParseDSN(dbtest.DSN())
+		require.NoError(t, err)
+		cfg.DBName = name
+		sqldb, err := sql.Open("mysql", cfg.FormatDSN())
+		require.NoError(t, err)
+		db := bun.NewDB(sqldb, mysqldialect.New())
+		t.Cleanup(func() { _ = db.Close() })
+		return db
+	case "postgres":
+		dbtest.Exec(t, admin, "CREATE SCHEMA "+name)
+		t.Cleanup(func() { _, _ = admin.Exec("DROP SCHEMA IF EXISTS " + name + " CASCADE") })
+		sqldb, err := sql.Open("pgx", dbtest.PGDSN()+"&search_path="+name)
+		require.NoError(t, err)
+		db := bun.NewDB(sqldb, pgdialect.New())
+		t.Cleanup(func() { _ = db.Close() })
+		return db
+	}
+	return admin // a file of the test's own
+}
+
+// Without the jobs tables, the jobs API says to migrate first.
+func TestServersNotMigrated(t *testing.T) {
+	onServers(t, func(t *testing.T, srv dbtest.Server) {
+		db := emptyDB(t, srv)
+		c, err := bunqueue.NewClient(db, &bunqueue.Config{Logger: testLogger(t)})
+		require.NoError(t, err)
+		_, err = c.Enqueue(t.Context(), db, srvJobArgs{N: 1}, nil)
+		require.ErrorIs(t, err, bunqueue.ErrNotMigrated)
+		_, err = c.EnqueueMany(t.Context(), db, []bunqueue.EnqueueParams{{Args: srvJobArgs{N: 1}}})
+		require.ErrorIs(t, err, bunqueue.ErrNotMigrated)
+		_, err = c.FailedJobs(t.Context(), bunqueue.FailedJobsFilter{})
+		require.ErrorIs(t, err, bunqueue.ErrNotMigrated)
+		_, err = c.RetryFailed(t.Context(), 1)
+		require.ErrorIs(t, err, bunqueue.ErrNotMigrated)
+		require.ErrorIs(t, c.DeleteFailed(t.Context(), 1), bunqueue.ErrNotMigrated)
+		require.NoError(t, bunqueue.Migrate(t.Context(), db))
+		_, err = c.FailedJobs(t.Context(), bunqueue.FailedJobsFilter{})
+		require.NoError(t, err)
 	})
 }

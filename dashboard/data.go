@@ -9,8 +9,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/bunqueue/bunqueue"
 )
 
@@ -109,9 +107,8 @@ func (h *handler) data(r *http.Request) *Data {
 	jobs, err := h.client.FailedJobs(r.Context(), bunqueue.FailedJobsFilter{
 		Queue: d.Filter.Queue, Kind: d.Filter.Kind, BeforeID: d.Filter.BeforeID, Limit: h.opts.PageSize,
 	})
-	var me *mysql.MySQLError
 	switch {
-	case errors.As(err, &me) && me.Number == 1146:
+	case errors.Is(err, bunqueue.ErrNotMigrated):
 		d.FailedJobsError = "The jobs tables (bunqueue_jobs, bunqueue_failed_jobs) are not in this database: " +
 			"run bunqueue.Migrate or `bunqueue migrate` if the app uses jobs."
 	case err != nil:

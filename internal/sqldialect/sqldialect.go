@@ -9,6 +9,7 @@ import (
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect"
+	"github.com/uptrace/bun/schema"
 )
 
 // Dialect is what the engine needs to know about a database server.
@@ -94,8 +95,9 @@ type Dialect interface {
 	SuggestIndex(ctx context.Context, db bun.IDB, query, schema, table, alias string, pks []string) (Index, bool, error)
 }
 
-// For returns the Dialect of db, or an error naming the unsupported one.
-func For(db *bun.DB) (Dialect, error) {
+// For returns the Dialect of db (a *bun.DB, bun.Tx or bun.Conn), or an
+// error naming the unsupported one.
+func For(db interface{ Dialect() schema.Dialect }) (Dialect, error) {
 	switch name := db.Dialect().Name(); name {
 	case dialect.MySQL:
 		return MySQL{}, nil
