@@ -1,5 +1,5 @@
 // Package bunqueue makes any table of an application a work queue on
-// MySQL 8 and MariaDB, with SELECT … FOR UPDATE SKIP LOCKED doing the
+// MySQL 8, MariaDB or PostgreSQL, with SELECT … FOR UPDATE SKIP LOCKED doing the
 // locking. It works through the application's [bun.DB], and its workers
 // run as goroutines inside the application's process.
 //
@@ -10,7 +10,7 @@
 // rows in a transaction, skipping rows other transactions hold, runs the
 // handler on them and commits. The query's ORDER BY is the queue's
 // priority, a condition on a time column is a schedule
-// (retry_at <= UTC_TIMESTAMP()), and one table can hold several queues. There are no
+// (retry_at <= UTC_TIMESTAMP(6), or portably [Now]), and one table can hold several queues. There are no
 // bookkeeping columns and no claims to expire: if a worker dies, the
 // server rolls its transaction back and the row is simply in the queue
 // again.
@@ -213,14 +213,16 @@
 //
 // # Requirements
 //
-//   - MySQL 8.0.1+ or MariaDB 10.6+, through bun's mysqldialect. Start
+//   - MySQL 8.0.1+ or MariaDB 10.6+, through bun's mysqldialect, or
+//     PostgreSQL 12+, through pgdialect (timestamptz time columns). Start
 //     proves that the server skips locked rows, with two connections and a
 //     two-row table named bunqueue_probe that it creates if missing (a
 //     user without the CREATE privilege needs it created once by an
 //     administrator: CREATE TABLE bunqueue_probe (id INT NOT NULL PRIMARY
 //     KEY) ENGINE=InnoDB).
-//   - InnoDB tables: other engines ignore row locks and SKIP LOCKED. Start
-//     refuses a queue whose table is missing, is a view, or is not InnoDB.
+//   - On MySQL, InnoDB tables: other engines ignore row locks and SKIP
+//     LOCKED. Start refuses a queue whose table is missing, is a view, or
+//     (MySQL) is not InnoDB.
 //   - parseTime=true&loc=UTC in the DSN, so that DATETIME columns scan into
 //     time.Time as UTC.
 //   - A connection pool with room for the workers: Start refuses a pool
