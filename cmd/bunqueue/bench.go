@@ -77,7 +77,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	quick := fs.Bool("quick", false, "short run: 3 s per scenario and smaller bursts, about two minutes in all")
-	dsnFlag := fs.String("dsn", "", "MySQL/MariaDB DSN (default: $BUNQUEUE_MYSQL_DSN, else "+defaultDSN+")")
+	dsnFlag := fs.String("dsn", "", "MySQL/MariaDB DSN, not PostgreSQL's (default: $BUNQUEUE_MYSQL_DSN, else "+defaultDSN+")")
 	asJSON := fs.Bool("json", false, "print the results as JSON instead of a table")
 	duration := fs.Duration("duration", 0, "measured time of each scenario (default 3s with --quick, 15s without)")
 	only := fs.String("only", "", "comma-separated scenario names or name prefixes to run (default all; a scenario's\n"+
@@ -98,6 +98,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
+	}
+	if dsn := dsnFrom(*dsnFlag); isPostgresDSN(dsn) {
+		fmt.Fprintf(stderr, "bench: the DSN (%s) names a PostgreSQL server, and the bench runs on MySQL 8 and MariaDB only "+
+			"(its scenarios use MySQL's SQL); give it a MySQL DSN, such as %s\n", dsnSource(*dsnFlag), defaultDSN)
+		return exitUsage
 	}
 	b := &bench{
 		dsn:      dsnFrom(*dsnFlag),

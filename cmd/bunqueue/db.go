@@ -6,24 +6,38 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/mysqldialect"
+	"github.com/uptrace/bun/dialect/pgdialect"
+
+	"github.com/bunqueue/bunqueue"
+	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
 
 // connectTimeout bounds the first connection to the server.
 const connectTimeout = 10 * time.Second
 
+// examplePGDSN is the form of a PostgreSQL DSN, for messages.
+const examplePGDSN = "postgres://user:password@127.0.0.1:5432/test?sslmode=disable"
+
 // database is an open connection pool and where it points, for messages.
 type database struct {
-	db     *bun.DB
-	where  string // "database test at 127.0.0.1:3306 as root"
-	source string // where the DSN came from
+	db       *bun.DB
+	dialect  sqldialect.Dialect
+	postgres bool   // a PostgreSQL server, else MySQL or MariaDB
+	where    string // "database test at 127.0.0.1:3306 as root"
+	source   string // where the DSN came from
 }
 
 // dsnSource says where dsnFrom took the DSN from.
@@ -37,16 +51,60 @@ func dsnSource(flagValue string) string {
 	return "the default, " + defaultDSN
 }
 
+// isPostgresDSN reports whether dsn names a PostgreSQL server: a
+// postgres:// or postgresql:// URL. Anything else is a MySQL DSN.
+func isPostgresDSN(dsn string) bool {
+	dsn = strings.ToLower(strings.TrimSpace(dsn))
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
+}
+
 // connect opens the database of the --dsn flag (else BUNQUEUE_MYSQL_DSN,
-// else the default) and checks that it answers. Times are read as UTC
-// whatever the DSN says, as bunqueue needs. Its errors say which server
-// it tried and how to point the tool elsewhere.
+// else the default) and checks that it answers: a PostgreSQL server for a
+// postgres:// or postgresql:// URL, else a MySQL or MariaDB server. Times
+// are read as UTC whatever a MySQL DSN says, as bunqueue needs. Its errors
+// say which server it tried and how to point the tool elsewhere.
 func connect(ctx context.Context, flagValue string) (*database, error) {
 	source := dsnSource(flagValue)
-	cfg, err := mysql.ParseDSN(dsnFrom(flagValue))
+	dsn := dsnFrom(flagValue)
+	var (
+		d     *database
+		sqldb *sql.DB
+		err   error
+	)
+	if isPostgresDSN(dsn) {
+		d, sqldb, err = openPostgres(dsn, source)
+	} else {
+		d, sqldb, err = openMySQL(dsn, source)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("the DSN (%s) is not valid: %w; set it with --dsn or BUNQUEUE_MYSQL_DSN, "+
-			"such as %s", source, err, defaultDSN)
+		return nil, err
+	}
+	sqldb.SetMaxOpenConns(4)
+	pingCtx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := sqldb.PingContext(pingCtx); err != nil {
+		_ = sqldb.Close()
+		return nil, fmt.Errorf("%s %s (DSN %s): %w; set the DSN with --dsn or BUNQUEUE_MYSQL_DSN",
+			connectFailure(err), d.where, source, err)
+	}
+	if d.postgres {
+		d.db = bun.NewDB(sqldb, pgdialect.New())
+	} else {
+		d.db = bun.NewDB(sqldb, mysqldialect.New())
+	}
+	if d.dialect, err = sqldialect.For(d.db); err != nil {
+		d.close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// openMySQL opens, without connecting, the MySQL or MariaDB server of dsn.
+func openMySQL(dsn, source string) (*database, *sql.DB, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the DSN (%s) is not valid: %w; set it with --dsn or BUNQUEUE_MYSQL_DSN, "+
+			"such as %s (MySQL, MariaDB) or %s (PostgreSQL)", source, err, defaultDSN, examplePGDSN)
 	}
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
@@ -55,34 +113,64 @@ func connect(ctx context.Context, flagValue string) (*database, error) {
 	}
 	d := &database{source: source, where: fmt.Sprintf("database %q at %s as %q", cfg.DBName, cfg.Addr, cfg.User)}
 	if cfg.DBName == "" {
-		return nil, fmt.Errorf("the DSN (%s) names no database: add it after the slash, as in %s; "+
+		return nil, nil, fmt.Errorf("the DSN (%s) names no database: add it after the slash, as in %s; "+
 			"set the DSN with --dsn or BUNQUEUE_MYSQL_DSN", source, defaultDSN)
 	}
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("the DSN (%s) is not valid: %w", source, err)
+		return nil, nil, fmt.Errorf("the DSN (%s) is not valid: %w", source, err)
 	}
-	sqldb := sql.OpenDB(connector)
-	sqldb.SetMaxOpenConns(4)
-	pingCtx, cancel := context.WithTimeout(ctx, connectTimeout)
-	defer cancel()
-	if err := sqldb.PingContext(pingCtx); err != nil {
-		_ = sqldb.Close()
-		why := "cannot connect to"
-		var me *mysql.MySQLError
-		if errors.As(err, &me) {
-			switch me.Number {
-			case 1045, 1698:
-				why = "the server refused the login to"
-			case 1049:
-				why = "the server has no"
-			}
+	return d, sql.OpenDB(connector), nil
+}
+
+// openPostgres opens, without connecting, the PostgreSQL server of dsn,
+// through pgx's database/sql driver.
+func openPostgres(dsn, source string) (*database, *sql.DB, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		// pgx's message shows the DSN with its password redacted.
+		return nil, nil, fmt.Errorf("the DSN (%s) is not valid: %w; set it with --dsn or BUNQUEUE_MYSQL_DSN, "+
+			"such as %s", source, err, examplePGDSN)
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = connectTimeout
+	}
+	name := cfg.Database
+	if name == "" {
+		name = cfg.User // the server's default database is the user's name
+	}
+	d := &database{postgres: true, source: source,
+		where: fmt.Sprintf("PostgreSQL database %q at %s as %q", name,
+			net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), cfg.User)}
+	if strings.HasPrefix(cfg.Host, "/") { // a Unix socket's directory
+		d.where = fmt.Sprintf("PostgreSQL database %q at %s (port %d) as %q", name, cfg.Host, cfg.Port, cfg.User)
+	}
+	return d, stdlib.OpenDB(*cfg), nil
+}
+
+// connectFailure says, for the error of a first connection, what went
+// wrong: the login was refused, the database does not exist, or the
+// server could not be reached.
+func connectFailure(err error) string {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 1045, 1698:
+			return "the server refused the login to"
+		case 1049:
+			return "the server has no"
 		}
-		return nil, fmt.Errorf("%s %s (DSN %s): %w; set the DSN with --dsn or BUNQUEUE_MYSQL_DSN",
-			why, d.where, source, err)
 	}
-	d.db = bun.NewDB(sqldb, mysqldialect.New())
-	return d, nil
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "28P01", "28000": // invalid_password, invalid_authorization_specification
+			return "the server refused the login to"
+		case "3D000": // invalid_catalog_name
+			return "the server has no"
+		}
+	}
+	return "cannot connect to"
 }
 
 // close closes the pool.
@@ -91,8 +179,7 @@ func (d *database) close() { _ = d.db.Close() }
 // explain turns an error of a query on the jobs tables into one a person
 // can act on: a missing table means the tool should migrate first.
 func (d *database) explain(err error) error {
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == 1146 {
+	if errors.Is(err, bunqueue.ErrNotMigrated) || d.dialect != nil && d.dialect.MissingTable(err) {
 		return fmt.Errorf("the jobs tables are missing in %s: run `bunqueue migrate` (with the same --dsn) "+
 			"to create them (%w)", d.where, err)
 	}

@@ -38,7 +38,7 @@ type failedJob struct {
 func toFailedJob(f *bunqueue.FailedJob) failedJob {
 	out := failedJob{ID: f.ID, JobID: f.JobID, Queue: f.Queue, Kind: f.Kind, Priority: f.Priority,
 		Attempts: f.Attempts, MaxAttempts: f.MaxAttempts, UniqueKey: f.UniqueKey, Error: f.Error,
-		CreatedAt: f.CreatedAt, FailedAt: f.FailedAt}
+		CreatedAt: f.CreatedAt.UTC(), FailedAt: f.FailedAt.UTC()}
 	if json.Valid(f.Args) {
 		out.Args = f.Args
 	} else {
@@ -127,7 +127,7 @@ func failedClient(ctx context.Context, dsnFlag string, stderr io.Writer, queues 
 func runFailedList(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("failed list", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dsnFlag := fs.String("dsn", "", "MySQL/MariaDB DSN (default: $BUNQUEUE_MYSQL_DSN, else "+defaultDSN+")")
+	dsnFlag := fs.String("dsn", "", dsnUsage)
 	asJSON := fs.Bool("json", false, "print the failed jobs, with payloads and errors, as JSON")
 	queue := fs.String("queue", "", "only failed jobs of this queue")
 	kind := fs.String("kind", "", "only failed jobs of this kind")
@@ -219,7 +219,7 @@ func runFailedIDs(ctx context.Context, action string, args []string, stdout, std
 	name := "failed " + action
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dsnFlag := fs.String("dsn", "", "MySQL/MariaDB DSN (default: $BUNQUEUE_MYSQL_DSN, else "+defaultDSN+")")
+	dsnFlag := fs.String("dsn", "", dsnUsage)
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	what := map[string]string{
 		"show":   "Prints each failed job in full: its payload as it was enqueued (control characters\nescaped), its metadata, attempts, times and the whole error (with the stack, for a\npanic). With --json the payload is JSON, or args_base64 if it is not JSON.",

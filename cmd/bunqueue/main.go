@@ -14,7 +14,9 @@
 //
 // Run "bunqueue <command> -h" for the flags of a command. Every command
 // reads the DSN from --dsn, else BUNQUEUE_MYSQL_DSN, else
-// root@tcp(127.0.0.1:3306)/test; --json prints its result as JSON.
+// root@tcp(127.0.0.1:3306)/test; --json prints its result as JSON. A
+// postgres:// or postgresql:// URL names a PostgreSQL server, which every
+// command but bench works on; any other DSN is a MySQL or MariaDB one.
 //
 // Exit codes: 0 success, 1 an error (the database cannot be reached, the
 // jobs tables are missing, a query failed), 2 a usage error, 3 an id
@@ -42,6 +44,10 @@ const (
 
 // defaultDSN is used when neither --dsn nor BUNQUEUE_MYSQL_DSN is set.
 const defaultDSN = "root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC"
+
+// dsnUsage is the help text of the --dsn flag of the commands that work
+// on both servers.
+const dsnUsage = "MySQL/MariaDB DSN, or a postgres:// URL for PostgreSQL (default: $BUNQUEUE_MYSQL_DSN, else " + defaultDSN + ")"
 
 // command is one subcommand of the tool.
 type command struct {
@@ -100,6 +106,8 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, `Run "bunqueue <command> -h" for the flags of a command. The DSN comes from --dsn,`)
 	fmt.Fprintln(w, "else BUNQUEUE_MYSQL_DSN, else "+defaultDSN+".")
+	fmt.Fprintln(w, "A postgres:// (or postgresql://) URL names a PostgreSQL server: every command but")
+	fmt.Fprintln(w, "bench works on it. Any other DSN is a MySQL or MariaDB one.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Exit codes: 0 success, 1 error, 2 usage error, 3 a failed job's id was not found.")
 }

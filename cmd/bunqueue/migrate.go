@@ -3,14 +3,13 @@ package main
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/bunqueue/bunqueue"
+	"github.com/bunqueue/bunqueue/internal/migrate"
+	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
 
 // migrateReport is what migrate --json prints.
@@ -24,9 +23,10 @@ type migrateReport struct {
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dsnFlag := fs.String("dsn", "", "MySQL/MariaDB DSN (default: $BUNQUEUE_MYSQL_DSN, else "+defaultDSN+")")
+	dsnFlag := fs.String("dsn", "", dsnUsage)
 	asJSON := fs.Bool("json", false, "print the result as JSON")
-	printSQL := fs.Bool("sql", false, "print the SQL instead of running it (no connection is made), for your own migration tool")
+	printSQL := fs.Bool("sql", false, "print the SQL instead of running it (no connection is made), for your own migration tool:\n"+
+		"PostgreSQL's for a postgres:// DSN, else MySQL's and MariaDB's")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: bunqueue migrate [--dsn DSN] [--json] [--sql]")
 		fmt.Fprintln(stderr)
@@ -40,7 +40,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return code
 	}
 	if *printSQL {
-		fmt.Fprint(stdout, bunqueue.MigrationSQL())
+		fmt.Fprint(stdout, schemaSQL(dsnFrom(*dsnFlag)))
 		return exitOK
 	}
 	d, err := connect(ctx, *dsnFlag)
@@ -79,12 +79,22 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 func schemaVersion(ctx context.Context, d *database) (int, error) {
 	var v sql.NullInt64
 	err := d.db.NewRaw("SELECT MAX(version) FROM bunqueue_migrations").Scan(ctx, &v)
-	var me *mysql.MySQLError
 	switch {
-	case errors.As(err, &me) && me.Number == 1146:
+	case d.dialect.MissingTable(err):
 		return 0, nil
 	case err != nil:
 		return 0, fmt.Errorf("read the schema version in %s: %w", d.where, err)
 	}
 	return int(v.Int64), nil
+}
+
+// schemaSQL returns the script of the jobs tables for the server dsn
+// names, without connecting to it or checking the rest of the DSN:
+// PostgreSQL's for a postgres:// URL, else MySQL's and MariaDB's (what
+// bunqueue.MigrationSQL returns).
+func schemaSQL(dsn string) string {
+	if isPostgresDSN(dsn) {
+		return migrate.Postgres.SQL(sqldialect.Postgres{}, "PostgreSQL 12+")
+	}
+	return bunqueue.MigrationSQL()
 }

@@ -56,7 +56,7 @@ type statsReport struct {
 func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dsnFlag := fs.String("dsn", "", "MySQL/MariaDB DSN (default: $BUNQUEUE_MYSQL_DSN, else "+defaultDSN+")")
+	dsnFlag := fs.String("dsn", "", dsnUsage)
 	asJSON := fs.Bool("json", false, "print the counts as JSON")
 	queue := fs.String("queue", "", "show only this queue")
 	limit := fs.Int("limit", bunqueue.QueueDepthLimit, "count at most this many waiting and scheduled jobs per queue, and failed jobs per queue and kind,\nso that it stays cheap on a large table (a count that reaches it is shown as N+)")
@@ -163,7 +163,9 @@ func collectStats(ctx context.Context, d *database, only string, limit int) (*st
 		}
 		// At most limit waiting jobs of the queue, taken from the claim
 		// index, then grouped.
-		if err := db.NewRaw("SELECT kind, CAST(SUM(run_at <= UTC_TIMESTAMP(6)) AS SIGNED) AS due, COUNT(*) AS total "+
+		// COUNT of a CASE, not SUM of a comparison: an integer on every
+		// server (MySQL's SUM is a DECIMAL, PostgreSQL has no boolean SUM).
+		if err := db.NewRaw("SELECT kind, COUNT(CASE WHEN run_at <= "+d.dialect.Now()+" THEN 1 END) AS due, COUNT(*) AS total "+
 			"FROM (SELECT kind, run_at FROM bunqueue_jobs WHERE queue = ? AND state = 0 LIMIT ?) w GROUP BY kind",
 			q.Queue, limit).Scan(ctx, &kinds); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return nil, fmt.Errorf("count the jobs of queue %q: %w", q.Queue, err)
@@ -218,18 +220,21 @@ func oldestWaiting(ctx context.Context, d *database, queue string) (*float64, er
 		Scan(ctx, &priorities); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("read the priorities of queue %q: %w", queue, err)
 	}
+	now := d.dialect.Now()
 	var oldest *float64
 	for _, p := range priorities {
-		var us sql.NullInt64
-		if err := d.db.NewRaw("SELECT TIMESTAMPDIFF(MICROSECOND, MIN(run_at), UTC_TIMESTAMP(6)) FROM bunqueue_jobs "+
-			"WHERE queue = ? AND state = 0 AND priority = ? AND run_at <= UTC_TIMESTAMP(6)", queue, p).
-			Scan(ctx, &us); err != nil {
+		// The smallest run_at and the server's clock, read by the same
+		// statement: the age is their difference, whatever the server.
+		var first, at sql.NullTime
+		if err := d.db.NewRaw("SELECT MIN(run_at), "+now+" FROM bunqueue_jobs "+
+			"WHERE queue = ? AND state = 0 AND priority = ? AND run_at <= "+now, queue, p).
+			Scan(ctx, &first, &at); err != nil {
 			return nil, fmt.Errorf("read the oldest due job of queue %q: %w", queue, err)
 		}
-		if !us.Valid {
+		if !first.Valid || !at.Valid {
 			continue
 		}
-		s := float64(us.Int64) / 1e6
+		s := max(at.Time.Sub(first.Time).Seconds(), 0)
 		if oldest == nil || s > *oldest {
 			oldest = &s
 		}
