@@ -47,6 +47,8 @@ func For(db *bun.DB) (Schema, error) {
 		return Schema{Versions: versionsDDL, Migrations: Migrations}, nil
 	case dialect.PG:
 		return Postgres, nil
+	case dialect.SQLite:
+		return SQLite, nil
 	}
 	_, err := sqldialect.For(db)
 	return Schema{}, err
@@ -167,7 +169,11 @@ func Run(ctx context.Context, db *bun.DB) (applied []int, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("migration lock: %w", err)
 	}
-	defer unlock()
+	defer func() {
+		if uerr := unlock(); uerr != nil && err == nil {
+			applied, err = nil, uerr
+		}
+	}()
 
 	if _, err := conn.ExecContext(ctx, schema.Versions); err != nil {
 		return nil, err

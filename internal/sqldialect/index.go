@@ -49,13 +49,17 @@ type syntax struct {
 	// strings, dollar-quoted strings, unquoted names folded to lower case,
 	// OFFSET and FETCH after the ORDER BY, NULLS FIRST or LAST in it.
 	pg bool
+	// sqlite selects SQLite's rules: no # comments, -- comments without
+	// the space, no backslash escapes.
+	sqlite bool
 	// maxName is the longest identifier, in bytes.
 	maxName int
 }
 
 var (
-	mysqlSyntax = syntax{quote: '`', maxName: 64}
-	pgSyntax    = syntax{quote: '"', pg: true, maxName: 63}
+	mysqlSyntax  = syntax{quote: '`', maxName: 64}
+	pgSyntax     = syntax{quote: '"', pg: true, maxName: 63}
+	sqliteSyntax = syntax{quote: '"', sqlite: true, maxName: 64}
 )
 
 // indexShape is the index that serves a query.
@@ -271,15 +275,15 @@ func tokenize(s string, sx syntax) ([]token, bool) {
 				return nil, false
 			}
 			i += end + 4
-		case !sx.pg && (c == '#' || strings.HasPrefix(s[i:], "-- ")),
-			sx.pg && strings.HasPrefix(s[i:], "--"):
+		case !sx.pg && !sx.sqlite && (c == '#' || strings.HasPrefix(s[i:], "-- ")),
+			(sx.pg || sx.sqlite) && strings.HasPrefix(s[i:], "--"):
 			end := strings.IndexByte(s[i:], '\n')
 			if end < 0 {
 				end = len(s) - i
 			}
 			i += end
 		case c == '`' || c == '\'' || c == '"':
-			text, n, ok := quoted(s[i:], sx, !sx.pg)
+			text, n, ok := quoted(s[i:], sx, !sx.pg && !sx.sqlite)
 			if !ok {
 				return nil, false
 			}
@@ -606,7 +610,8 @@ func (sx syntax) quoteIdent(s string) string {
 }
 
 // indexName makes an index name of s: letters, digits and underscores, at
-// most the server's limit (64 bytes in MySQL, 63 in PostgreSQL).
+// most the server's limit (64 bytes in MySQL, 63 in PostgreSQL; 64 in SQLite,
+// which has none).
 func (sx syntax) indexName(s string) string {
 	b := []byte(s)
 	for i, c := range b {

@@ -277,7 +277,7 @@ func (MySQL) MissingTable(err error) bool {
 }
 
 // Lock implements Dialect with GET_LOCK, which belongs to conn's session.
-func (MySQL) Lock(ctx context.Context, conn bun.Conn, name string, wait time.Duration) (func(), error) {
+func (MySQL) Lock(ctx context.Context, conn bun.Conn, name string, wait time.Duration) (func() error, error) {
 	var got sql.NullInt64
 	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", name, int(wait.Seconds())).Scan(&got); err != nil {
 		return nil, fmt.Errorf("take the lock %q: %w", name, err)
@@ -285,9 +285,11 @@ func (MySQL) Lock(ctx context.Context, conn bun.Conn, name string, wait time.Dur
 	if !got.Valid || got.Int64 != 1 {
 		return nil, fmt.Errorf("another process held the lock %q for %s", name, wait)
 	}
-	return func() {
+	return func() error {
+		// A lock that cannot be released ends with its connection.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_, _ = conn.ExecContext(rctx, "SELECT RELEASE_LOCK(?)", name)
+		return nil
 	}, nil
 }

@@ -28,6 +28,7 @@ type PlanStep struct {
 	Extra string // e.g. "Using where; Using filesort"; PostgreSQL: the node's conditions and sort keys, e.g. "Index Cond: (…); Filter: (…)"
 
 	pg pgNode // set for a node of a PostgreSQL plan
+	sl bool   // set for a row of SQLite's EXPLAIN QUERY PLAN (see slProblems)
 }
 
 // pgNode is what Problems reads of a PostgreSQL plan node besides its type.
@@ -44,6 +45,9 @@ type pgNode struct {
 func (s PlanStep) String() string {
 	if s.pg.node {
 		return s.pgString()
+	}
+	if s.sl {
+		return s.Extra
 	}
 	key := s.Key
 	if key == "" {
@@ -131,6 +135,12 @@ func (p Plan) Problems() []string {
 	for _, s := range p.Steps {
 		if s.pg.node {
 			for _, problem := range s.pgProblems() {
+				add(problem)
+			}
+			continue
+		}
+		if s.sl {
+			for _, problem := range s.slProblems() {
 				add(problem)
 			}
 			continue

@@ -378,13 +378,15 @@ func (Postgres) LockKey(name string) int64 {
 // belongs to conn's session. It waits with lock_timeout set to wait on the
 // session, then restores the session's lock_timeout; with wait zero or
 // less it does not wait (lock_timeout 0 would wait for ever).
-func (d Postgres) Lock(ctx context.Context, conn bun.Conn, name string, wait time.Duration) (func(), error) {
+func (d Postgres) Lock(ctx context.Context, conn bun.Conn, name string, wait time.Duration) (func() error, error) {
 	key := d.LockKey(name)
 	held := fmt.Errorf("another process held the lock %q (advisory lock %d) for %s", name, key, wait)
-	unlock := func() {
+	unlock := func() error {
+		// A lock that cannot be released ends with its session.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
 		_, _ = conn.ExecContext(rctx, "SELECT pg_advisory_unlock(?)", key)
+		return nil
 	}
 	if wait <= 0 {
 		var got bool
@@ -415,7 +417,7 @@ func (d Postgres) Lock(ctx context.Context, conn bun.Conn, name string, wait tim
 	case err != nil:
 		return nil, fmt.Errorf("take the lock %q: %w", name, err)
 	case rerr != nil:
-		unlock()
+		_ = unlock()
 		return nil, fmt.Errorf("take the lock %q: restore lock_timeout: %w", name, rerr)
 	}
 	return unlock, nil

@@ -85,7 +85,9 @@ type Dialect interface {
 	MissingTable(err error) bool
 	// Lock takes the named lock on conn, waiting at most wait, for work
 	// that processes must take turns at (migrations); unlock releases it.
-	Lock(ctx context.Context, conn bun.Conn, name string, wait time.Duration) (unlock func(), err error)
+	// An error of unlock means the work done on conn under the lock may
+	// not have been kept (where the lock is a transaction).
+	Lock(ctx context.Context, conn bun.Conn, name string, wait time.Duration) (unlock func() error, err error)
 	// SuggestIndex derives from query, a SELECT over table (alias in the
 	// query, in schema, empty for the connection's database) whose
 	// primary key is pks, an index that would serve it: the columns of
@@ -103,8 +105,10 @@ func For(db interface{ Dialect() schema.Dialect }) (Dialect, error) {
 		return MySQL{}, nil
 	case dialect.PG:
 		return Postgres{}, nil
+	case dialect.SQLite:
+		return SQLite{}, nil
 	default:
-		return nil, fmt.Errorf("bunqueue: the %s dialect is not supported; use MySQL 8.0.1+ or MariaDB 10.6+ through bun's mysqldialect, or PostgreSQL 12+ through pgdialect", name)
+		return nil, fmt.Errorf("bunqueue: the %s dialect is not supported; use MySQL 8.0.1+ or MariaDB 10.6+ through bun's mysqldialect, PostgreSQL 12+ through pgdialect, or SQLite 3.35+ through sqlitedialect", name)
 	}
 }
 

@@ -1,0 +1,65 @@
+package migrate
+
+// SQLite is the schema on SQLite: the same tables, columns and indexes as
+// on MySQL, in SQLite's types. id is an INTEGER PRIMARY KEY, the rowid,
+// with AUTOINCREMENT so that a deleted job's id is never given again.
+// Every time is declared DATETIME and stored as TEXT in UTC with an offset
+// ("2006-01-02 15:04:05.999999+00:00"), as bun's sqlitedialect writes
+// times and the dialect's Now renders the clock: such strings compare as
+// the times they stand for, and the driver reads a DATETIME column into a
+// time.Time. Payloads are BLOBs, which round-trip byte for byte. Each
+// migration keeps its MySQL number.
+var SQLite = Schema{
+	Versions: `CREATE TABLE IF NOT EXISTS ` + VersionsTable + ` (
+	version INTEGER NOT NULL PRIMARY KEY,
+	name TEXT NOT NULL,
+	applied_at DATETIME NOT NULL
+)`,
+	Migrations: []Migration{
+		{
+			Version: 1,
+			Name:    "jobs and failed jobs",
+			Statements: []string{
+				`CREATE TABLE IF NOT EXISTS ` + JobsTable + ` (
+	id INTEGER PRIMARY KEY AUTOINCREMENT,
+	queue TEXT NOT NULL,
+	kind TEXT NOT NULL,
+	args BLOB NOT NULL,
+	metadata BLOB NULL,
+	priority INTEGER NOT NULL DEFAULT 0,
+	state INTEGER NOT NULL DEFAULT 0,
+	attempts INTEGER NOT NULL DEFAULT 0,
+	max_attempts INTEGER NOT NULL,
+	run_at DATETIME NOT NULL,
+	created_at DATETIME NOT NULL,
+	completed_at DATETIME NULL,
+	last_error TEXT NULL,
+	unique_key TEXT NULL,
+	lease_token TEXT NULL,
+	trace_context BLOB NULL
+)`,
+				`CREATE UNIQUE INDEX IF NOT EXISTS bunqueue_jobs_unique_key ON ` + JobsTable + ` (unique_key)`,
+				`CREATE INDEX IF NOT EXISTS bunqueue_jobs_claim ON ` + JobsTable + ` (queue, state, priority, run_at, id)`,
+				`CREATE INDEX IF NOT EXISTS bunqueue_jobs_completed ON ` + JobsTable + ` (state, completed_at, id)`,
+				`CREATE TABLE IF NOT EXISTS ` + FailedJobsTable + ` (
+	id INTEGER PRIMARY KEY AUTOINCREMENT,
+	job_id INTEGER NOT NULL,
+	queue TEXT NOT NULL,
+	kind TEXT NOT NULL,
+	args BLOB NOT NULL,
+	metadata BLOB NULL,
+	priority INTEGER NOT NULL,
+	attempts INTEGER NOT NULL,
+	max_attempts INTEGER NOT NULL,
+	unique_key TEXT NULL,
+	error TEXT NOT NULL,
+	created_at DATETIME NOT NULL,
+	failed_at DATETIME NOT NULL,
+	trace_context BLOB NULL
+)`,
+				`CREATE INDEX IF NOT EXISTS bunqueue_failed_jobs_queue ON ` + FailedJobsTable + ` (queue, kind, id)`,
+				`CREATE INDEX IF NOT EXISTS bunqueue_failed_jobs_failed_at ON ` + FailedJobsTable + ` (failed_at, id)`,
+			},
+		},
+	},
+}
