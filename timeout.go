@@ -68,7 +68,9 @@ func (q *Queue[T]) endLost(ctx context.Context, sessionID int64, items []T) []ti
 	}
 	log := c.cfg.Logger.With("queue", q.name)
 	if sessionID == 0 {
-		log.WarnContext(ctx, "bunqueue: a handler timed out in a statement; its session could not be ended, and holds its rows until the statement ends")
+		if c.dialect.SkipLocked() != "" { // the server has row locks
+			log.WarnContext(ctx, "bunqueue: a handler timed out in a statement; its session is not known, so it could not be ended, and holds its rows until the statement ends")
+		}
 		return cooldowns
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
