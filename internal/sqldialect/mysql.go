@@ -147,23 +147,7 @@ func (MySQL) PrimaryKey(ctx context.Context, db bun.IDB, schema, table string) (
 		q = strings.Replace(q, "DATABASE()", "?", 1)
 		args = []any{schema, table}
 	}
-	rows, err := db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("bunqueue: read the primary key of %s: %w", table, err)
-	}
-	defer rows.Close()
-	var cols []string
-	for rows.Next() {
-		var c string
-		if err := rows.Scan(&c); err != nil {
-			return nil, fmt.Errorf("bunqueue: read the primary key of %s: %w", table, err)
-		}
-		cols = append(cols, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("bunqueue: read the primary key of %s: %w", table, err)
-	}
-	return cols, nil
+	return queryStrings(ctx, db, "read the primary key of "+table, q, args...)
 }
 
 // SessionID implements Dialect: CONNECTION_ID().

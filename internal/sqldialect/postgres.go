@@ -195,26 +195,10 @@ func (Postgres) CheckTable(ctx context.Context, db *bun.DB, schema, table string
 
 // PrimaryKey implements Dialect, from pg_index.
 func (Postgres) PrimaryKey(ctx context.Context, db bun.IDB, schema, table string) ([]string, error) {
-	rows, err := db.QueryContext(ctx, "SELECT a.attname FROM pg_index i "+
+	return queryStrings(ctx, db, "read the primary key of "+table, "SELECT a.attname FROM pg_index i "+
 		"JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey) "+
 		"WHERE i.indrelid = to_regclass(?) AND i.indisprimary "+
 		"ORDER BY array_position(i.indkey::int2[], a.attnum)", regclass(schema, table))
-	if err != nil {
-		return nil, fmt.Errorf("bunqueue: read the primary key of %s: %w", table, err)
-	}
-	defer rows.Close()
-	var cols []string
-	for rows.Next() {
-		var c string
-		if err := rows.Scan(&c); err != nil {
-			return nil, fmt.Errorf("bunqueue: read the primary key of %s: %w", table, err)
-		}
-		cols = append(cols, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("bunqueue: read the primary key of %s: %w", table, err)
-	}
-	return cols, nil
 }
 
 // SessionID implements Dialect: the backend's process id.
@@ -318,9 +302,7 @@ func (Postgres) NowPlus(d time.Duration) string {
 // as bun's pgdialect renders times, which means the same instant whatever
 // the session's TimeZone. Untyped, it takes the type of the column it is
 // compared with or stored in.
-func (Postgres) Time(t time.Time) string {
-	return "'" + t.UTC().Format("2006-01-02 15:04:05.999999-07:00") + "'"
-}
+func (Postgres) Time(t time.Time) string { return utcLiteral(t) }
 
 // InsertIgnore implements Dialect. ON CONFLICT DO NOTHING skips a row
 // whose unique key is taken, and only that: other errors stay errors.
@@ -329,15 +311,7 @@ func (Postgres) InsertIgnore() (head, tail string) { return "INSERT INTO", " ON 
 // InsertID implements Dialect with RETURNING id: neither PostgreSQL driver
 // implements LastInsertId. A skipped row returns no row.
 func (Postgres) InsertID(ctx context.Context, db bun.IDB, insert string) (int64, bool, error) {
-	var id int64
-	err := db.QueryRowContext(ctx, insert+" RETURNING id").Scan(&id)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return 0, false, nil
-	case err != nil:
-		return 0, false, err
-	}
-	return id, true, nil
+	return insertReturningID(ctx, db, insert)
 }
 
 // ShareLock implements Dialect. FOR KEY SHARE reads the latest committed

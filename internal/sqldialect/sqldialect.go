@@ -4,6 +4,8 @@ package sqldialect
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -127,4 +129,45 @@ func Locking(sel *bun.SelectQuery, clause string) *bun.SelectQuery {
 func txAnswers(ctx context.Context, tx bun.Tx) bool {
 	_, err := tx.ExecContext(ctx, "SELECT 1")
 	return err == nil
+}
+
+// queryStrings runs q and returns the first column of its rows.
+func queryStrings(ctx context.Context, db bun.IDB, what, q string, args ...any) ([]string, error) {
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("bunqueue: %s: %w", what, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, fmt.Errorf("bunqueue: %s: %w", what, err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("bunqueue: %s: %w", what, err)
+	}
+	return out, nil
+}
+
+// insertReturningID is InsertID where the server has RETURNING: a skipped
+// row returns no row.
+func insertReturningID(ctx context.Context, db bun.IDB, insert string) (int64, bool, error) {
+	var id int64
+	err := db.QueryRowContext(ctx, insert+" RETURNING id").Scan(&id)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, err
+	}
+	return id, true, nil
+}
+
+// utcLiteral renders t as a time literal in UTC, to the microsecond, with
+// its offset: as bun's pgdialect and sqlitedialect render times.
+func utcLiteral(t time.Time) string {
+	return "'" + t.UTC().Format("2006-01-02 15:04:05.999999-07:00") + "'"
 }

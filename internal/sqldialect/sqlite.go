@@ -228,29 +228,9 @@ func (SQLite) PrimaryKey(ctx context.Context, db bun.IDB, schema, table string) 
 		q = "SELECT name FROM pragma_table_info(?, ?) WHERE pk > 0 ORDER BY pk"
 		args = []any{table, schema}
 	}
-	return slStrings(ctx, db, "read the primary key of "+table, q, args...)
+	return queryStrings(ctx, db, "read the primary key of "+table, q, args...)
 }
 
-// slStrings runs q and returns the first column of its rows.
-func slStrings(ctx context.Context, db bun.IDB, what, q string, args ...any) ([]string, error) {
-	rows, err := db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, fmt.Errorf("bunqueue: %s: %w", what, err)
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			return nil, fmt.Errorf("bunqueue: %s: %w", what, err)
-		}
-		out = append(out, s)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("bunqueue: %s: %w", what, err)
-	}
-	return out, nil
-}
 
 // SessionID implements Dialect: 0, none. The database runs in this
 // process, and the driver interrupts a statement when its context ends:
@@ -315,9 +295,7 @@ func (SQLite) NowPlus(d time.Duration) string {
 // Time implements Dialect: the literal bun's sqlitedialect writes for a
 // time.Time, in UTC with its offset, to the microsecond, which compares
 // as text with the stored times and with Now.
-func (SQLite) Time(t time.Time) string {
-	return "'" + t.UTC().Format("2006-01-02 15:04:05.999999-07:00") + "'"
-}
+func (SQLite) Time(t time.Time) string { return utcLiteral(t) }
 
 // InsertIgnore implements Dialect. ON CONFLICT DO NOTHING skips a row
 // whose unique key is taken, and only that (INSERT OR IGNORE would skip
@@ -328,15 +306,7 @@ func (SQLite) InsertIgnore() (head, tail string) { return "INSERT INTO", " ON CO
 // LastInsertId still gives the previous insert's id. A skipped row
 // returns no row.
 func (SQLite) InsertID(ctx context.Context, db bun.IDB, insert string) (int64, bool, error) {
-	var id int64
-	err := db.QueryRowContext(ctx, insert+" RETURNING id").Scan(&id)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return 0, false, nil
-	case err != nil:
-		return 0, false, err
-	}
-	return id, true, nil
+	return insertReturningID(ctx, db, insert)
 }
 
 // ShareLock implements Dialect: none. A writing transaction holds the

@@ -127,7 +127,7 @@ func slServingIndex(ctx context.Context, db bun.IDB, schema, table string, pks [
 	// The rowid is the primary key when the key is one INTEGER column.
 	rowid := "rowid"
 	if len(pks) == 1 {
-		types, err := slStrings(ctx, db, "read the columns of "+table,
+		types, err := queryStrings(ctx, db, "read the columns of "+table,
 			"SELECT type FROM pragma_table_info("+arg+") WHERE name = ? COLLATE NOCASE AND pk = 1", append(args, pks[0])...)
 		if err != nil {
 			return "", err
