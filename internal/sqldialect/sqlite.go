@@ -231,7 +231,6 @@ func (SQLite) PrimaryKey(ctx context.Context, db bun.IDB, schema, table string) 
 	return queryStrings(ctx, db, "read the primary key of "+table, q, args...)
 }
 
-
 // SessionID implements Dialect: 0, none. The database runs in this
 // process, and the driver interrupts a statement when its context ends:
 // there is no session left running to end from another connection.
