@@ -10,8 +10,14 @@
 // record commits together with the job's completion. GET /users lists the
 // users and whether their welcome email was sent.
 //
-// Run it from the repository root, with MySQL 8 or MariaDB 10.6+ at
-// BUNQUEUE_MYSQL_DSN (default below):
+// Run it from the repository root. It runs on MySQL 8 or MariaDB 10.6+
+// when BUNQUEUE_MYSQL_DSN is set (e.g.
+// root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC), on PostgreSQL 12+
+// when BUNQUEUE_PG_DSN is (e.g.
+// postgres://postgres@127.0.0.1:5432/test?sslmode=disable), and otherwise
+// on an SQLite file in the temporary directory (bunqueue-example-signup.db,
+// kept between runs), so nothing but Go is needed (see
+// examples/internal/exampledb):
 //
 //	go run ./examples/signup -demo    # signs up three users itself, prints the story, exits
 //	go run ./examples/signup          # serves at 127.0.0.1:8080 until Ctrl-C
@@ -34,7 +40,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -47,14 +52,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect/mysqldialect"
+	"github.com/uptrace/bun/dialect"
 
 	"github.com/bunqueue/bunqueue"
+	"github.com/bunqueue/bunqueue/examples/internal/exampledb"
 )
-
-const defaultDSN = "root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC"
 
 // pollInterval is how often an idle worker looks for new jobs. The
 // default (bunqueue.PollIntervalDefault) is a second; a shorter one sends
@@ -81,14 +84,10 @@ func main() {
 	}
 }
 
-// run sets the app up, serves until ctx ends (or, with demo, until the
-// demo is over) and shuts down.
+// run opens the database (see exampledb.Open), sets the app up on it,
+// serves until ctx ends (or, with demo, until the demo is over) and
+// shuts down.
 func run(ctx context.Context, addr string, demo bool) (err error) {
-	dsn := os.Getenv("BUNQUEUE_MYSQL_DSN")
-	if dsn == "" {
-		dsn = defaultDSN
-	}
-
 	// 0. Tracing, if OTEL_EXPORTER_OTLP_ENDPOINT asks for it (tel is nil,
 	// and changes nothing, otherwise). Deferred first, so it runs last:
 	// after client.Stop has ended the workers' spans, it sends what is left.
@@ -105,21 +104,33 @@ func run(ctx context.Context, addr string, demo bool) (err error) {
 		err = errors.Join(err, tel.shutdown(flushCtx))
 	}()
 
-	db, err := openDB(dsn)
+	// Each worker holds a connection while it runs a job; the HTTP
+	// handlers need theirs too. bunqueue's Start refuses a pool too small
+	// for its workers.
+	db, where, err := exampledb.Open("signup", 20)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	var dbName string
-	if cfg, err := mysql.ParseDSN(dsn); err == nil {
-		dbName = cfg.DBName
+	log.Printf("database: %s", where)
+	return runOn(ctx, db, where, tel, addr, demo)
+}
+
+// runOn is run on an open db, which where describes (for errors). The
+// tests call it on databases of their own.
+func runOn(ctx context.Context, db *bun.DB, where string, tel *tracing, addr string, demo bool) (err error) {
+	if tel != nil {
+		name, err := databaseName(ctx, db)
+		if err != nil {
+			return fmt.Errorf("%w (database: %s)", err, where)
+		}
+		tel.instrumentDB(db, name) // SQL statements become spans
 	}
-	tel.instrumentDB(db, dbName) // SQL statements become spans
 
 	// 1. The tables: bunqueue's jobs tables (idempotent; safe when several
 	// processes start at once), then the app's own.
 	if err := bunqueue.Migrate(ctx, db); err != nil {
-		return fmt.Errorf("%w (is the database at %s up?)", err, dsn)
+		return fmt.Errorf("%w (database: %s)", err, where)
 	}
 	if err := createTables(ctx, db); err != nil {
 		return err
@@ -185,15 +196,21 @@ func run(ctx context.Context, addr string, demo bool) (err error) {
 	return err
 }
 
-// openDB opens a bun DB over MySQL or MariaDB.
-func openDB(dsn string) (*bun.DB, error) {
-	sqldb, err := sql.Open("mysql", dsn)
-	if err != nil {
-		return nil, err
+// databaseName names the database db is on, for the spans' db.name:
+// the current database on MySQL and PostgreSQL, the main file on SQLite.
+func databaseName(ctx context.Context, db *bun.DB) (string, error) {
+	var q string
+	switch db.Dialect().Name() {
+	case dialect.MySQL:
+		q = "SELECT COALESCE(DATABASE(), '')"
+	case dialect.PG:
+		q = "SELECT current_database()"
+	case dialect.SQLite:
+		q = "SELECT file FROM pragma_database_list WHERE name = 'main'"
+	default:
+		return "", nil
 	}
-	// Each worker holds a connection while it runs a job; the HTTP
-	// handlers need theirs too. bunqueue's Start refuses a pool too small
-	// for its workers.
-	sqldb.SetMaxOpenConns(20)
-	return bun.NewDB(sqldb, mysqldialect.New()), nil
+	var name string
+	err := db.QueryRowContext(ctx, q).Scan(&name)
+	return name, err
 }

@@ -1,10 +1,12 @@
 package main
 
-// These tests run against the real database at BUNQUEUE_MYSQL_DSN (the
-// default is main's). Each test signs up users with emails of its own and
-// puts its jobs in a jobs queue of its own, so tests (and test runs) that
-// share the tables do not see or take each other's work; each deletes its
-// rows when it ends.
+// These tests run the app on each server (see testServers): MySQL or
+// MariaDB at BUNQUEUE_MYSQL_DSN and PostgreSQL at BUNQUEUE_PG_DSN (the
+// defaults of internal/dbtest, as the rest of the repository's tests), and
+// SQLite, on a fresh file of each test's own. On the servers, each test
+// signs up users with emails of its own and puts its jobs in a jobs queue
+// of its own, so tests (and test runs) that share the tables do not see
+// or take each other's work; each deletes its rows when it ends.
 
 import (
 	"bytes"
@@ -12,12 +14,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,7 +30,54 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunqueue/bunqueue"
+	"github.com/bunqueue/bunqueue/examples/internal/exampledb"
+	"github.com/bunqueue/bunqueue/internal/dbtest"
 )
+
+// testServer is a database the tests run the app on.
+type testServer struct {
+	name string // "mysql", "postgres" or "sqlite"
+	kind string // exampledb's kind
+	// dsn returns the DSN of the database (for SQLite, a fresh file in
+	// the test's t.TempDir()).
+	dsn func(t *testing.T) string
+}
+
+// testServers are the servers the tests run on: the repository's test
+// servers (CI has both) and SQLite.
+func testServers() []testServer {
+	return []testServer{
+		{"mysql", exampledb.MySQL, func(*testing.T) string { return dbtest.DSN() }},
+		{"postgres", exampledb.Postgres, func(*testing.T) string { return dbtest.PGDSN() }},
+		{"sqlite", exampledb.SQLite, func(t *testing.T) string { return filepath.Join(t.TempDir(), "signup.db") }},
+	}
+}
+
+// forEachServer runs f in a parallel subtest per server.
+func forEachServer(t *testing.T, f func(t *testing.T, srv testServer)) {
+	for _, srv := range testServers() {
+		t.Run(srv.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, srv)
+		})
+	}
+}
+
+// openTestDB opens the database at dsn as main does, with main's pool
+// size, closed when the test ends.
+func openTestDB(t *testing.T, kind, dsn string) *bun.DB {
+	t.Helper()
+	db, where, err := exampledb.OpenDSN(kind, dsn, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	if err := db.PingContext(t.Context()); err != nil {
+		t.Fatalf("the tests need MySQL 8 or MariaDB 10.6+ at BUNQUEUE_MYSQL_DSN (default %s) and PostgreSQL 12+ at BUNQUEUE_PG_DSN (default %s): %s: %v",
+			dbtest.DefaultDSN, dbtest.DefaultPGDSN, where, err)
+	}
+	return db
+}
 
 // testApp is the app as main wires it, with its HTTP handler behind an
 // httptest server. Its client is not started: a test calls start when it
@@ -42,28 +92,20 @@ type testApp struct {
 	runs   atomic.Int32 // worker runs
 }
 
-func newTestApp(t *testing.T) *testApp {
+func newTestApp(t *testing.T, srv testServer) *testApp {
 	t.Helper()
-	return newTracedTestApp(t, nil)
+	return newTracedTestApp(t, srv, nil)
 }
 
 // newTracedTestApp is newTestApp with the app's tracing set up as main
 // does it (nil: none, as newTestApp).
-func newTracedTestApp(t *testing.T, tel *tracing) *testApp {
+func newTracedTestApp(t *testing.T, srv testServer, tel *tracing) *testApp {
 	t.Helper()
-	dsn := os.Getenv("BUNQUEUE_MYSQL_DSN")
-	if dsn == "" {
-		dsn = defaultDSN
-	}
-	db, err := openDB(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	db := openTestDB(t, srv.kind, srv.dsn(t))
 	tel.instrumentDB(db, "")
 	ctx := t.Context()
 	if err := bunqueue.Migrate(ctx, db); err != nil {
-		t.Fatalf("migrate (the tests need MySQL 8 or MariaDB 10.6+ at %s): %v", dsn, err)
+		t.Fatalf("migrate on %s: %v", srv.name, err)
 	}
 	if err := createTables(ctx, db); err != nil {
 		t.Fatal(err)
@@ -95,6 +137,7 @@ func newTracedTestApp(t *testing.T, tel *tracing) *testApp {
 		JobQueues:    map[string]bunqueue.JobQueueConfig{a.queue: {}},
 	}
 	tel.configure(cfg)
+	var err error
 	a.client, err = bunqueue.NewClient(db, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -116,9 +159,9 @@ func newTracedTestApp(t *testing.T, tel *tracing) *testApp {
 		}
 	})
 
-	srv := httptest.NewServer(tel.handler(newServer(db, a.client, a.queue)))
-	t.Cleanup(srv.Close)
-	a.url = srv.URL
+	hs := httptest.NewServer(tel.handler(newServer(db, a.client, a.queue)))
+	t.Cleanup(hs.Close)
+	a.url = hs.URL
 	return a
 }
 
@@ -194,8 +237,12 @@ func (a *testApp) usersWithEmail(email string) int {
 // welcomeJobs counts the welcome_email jobs for a user, in every queue,
 // by the user_id in their JSON args.
 func (a *testApp) welcomeJobs(userID int64) int {
-	return a.count(`SELECT COUNT(*) FROM bunqueue_jobs
-WHERE kind = ? AND JSON_EXTRACT(CONVERT(args USING utf8mb4), '$.user_id') = ?`, WelcomeEmail{}.Kind(), userID)
+	a.t.Helper()
+	n, err := welcomeJobsFor(context.Background(), a.db, userID)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return n
 }
 
 // emailsSent counts the welcome emails recorded for a user.
@@ -217,176 +264,219 @@ func (a *testApp) waitFor(timeout time.Duration, what string, cond func() bool) 
 
 func TestSignupSendsOneWelcomeEmail(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		post func(a *testApp, email string) response
-	}{
-		{"form", func(a *testApp, email string) response {
-			return a.postForm("/signup", url.Values{"email": {email}, "name": {"Ada Lovelace"}})
-		}},
-		{"json", func(a *testApp, email string) response {
-			body, _ := json.Marshal(map[string]string{"email": email, "name": "Ada Lovelace"})
-			return a.post("/signup", "application/json", string(body))
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			a := newTestApp(t)
-			email := a.email("ada")
+	forEachServer(t, func(t *testing.T, srv testServer) {
+		for _, tc := range []struct {
+			name string
+			post func(a *testApp, email string) response
+		}{
+			{"form", func(a *testApp, email string) response {
+				return a.postForm("/signup", url.Values{"email": {email}, "name": {"Ada Lovelace"}})
+			}},
+			{"json", func(a *testApp, email string) response {
+				body, _ := json.Marshal(map[string]string{"email": email, "name": "Ada Lovelace"})
+				return a.post("/signup", "application/json", string(body))
+			}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				a := newTestApp(t, srv)
+				email := a.email("ada")
 
-			r := tc.post(a, email)
-			if r.status != http.StatusCreated || r.ID == 0 || r.WelcomeJobID == 0 || r.Email != email {
-				t.Fatalf("POST /signup: got %+v, want 201 with the user and its job", r)
-			}
-			if n := a.count("SELECT COUNT(*) FROM example_signup_user WHERE id = ? AND email = ?", r.ID, email); n != 1 {
-				t.Fatalf("user %d with email %s: %d rows, want 1", r.ID, email, n)
-			}
-			// The worker is not running yet: the job waits in the test's
-			// queue, and no email is sent.
-			if n := a.count("SELECT COUNT(*) FROM bunqueue_jobs WHERE id = ? AND queue = ?", r.WelcomeJobID, a.queue); n != 1 {
-				t.Fatalf("job %d in queue %s: %d rows, want 1", r.WelcomeJobID, a.queue, n)
-			}
-			if n := a.welcomeJobs(r.ID); n != 1 {
-				t.Fatalf("welcome jobs for user %d: %d, want 1", r.ID, n)
-			}
-			if n := a.emailsSent(r.ID); n != 0 {
-				t.Fatalf("emails sent before the worker ran: %d", n)
-			}
+				r := tc.post(a, email)
+				if r.status != http.StatusCreated || r.ID == 0 || r.WelcomeJobID == 0 || r.Email != email {
+					t.Fatalf("POST /signup: got %+v, want 201 with the user and its job", r)
+				}
+				if n := a.count("SELECT COUNT(*) FROM example_signup_user WHERE id = ? AND email = ?", r.ID, email); n != 1 {
+					t.Fatalf("user %d with email %s: %d rows, want 1", r.ID, email, n)
+				}
+				// The worker is not running yet: the job waits in the test's
+				// queue, and no email is sent.
+				if n := a.count("SELECT COUNT(*) FROM bunqueue_jobs WHERE id = ? AND queue = ?", r.WelcomeJobID, a.queue); n != 1 {
+					t.Fatalf("job %d in queue %s: %d rows, want 1", r.WelcomeJobID, a.queue, n)
+				}
+				if n := a.welcomeJobs(r.ID); n != 1 {
+					t.Fatalf("welcome jobs for user %d: %d, want 1", r.ID, n)
+				}
+				if n := a.emailsSent(r.ID); n != 0 {
+					t.Fatalf("emails sent before the worker ran: %d", n)
+				}
 
-			a.start()
-			a.waitFor(10*time.Second, "the welcome email was not recorded", func() bool { return a.emailsSent(r.ID) > 0 })
-			// The record and the job's completion committed together: the
-			// job is gone the moment the record is there.
-			if n := a.welcomeJobs(r.ID); n != 0 {
-				t.Errorf("welcome jobs left for user %d: %d, want 0", r.ID, n)
-			}
-			if n := a.count("SELECT COUNT(*) FROM bunqueue_failed_jobs WHERE queue = ?", a.queue); n != 0 {
-				t.Errorf("failed jobs in the test's queue: %d, want 0", n)
-			}
-			if n := a.emailsSent(r.ID); n != 1 {
-				t.Errorf("emails sent: %d, want 1", n)
-			}
-			if n := a.runs.Load(); n != 1 {
-				t.Errorf("worker runs: %d, want 1", n)
-			}
+				a.start()
+				a.waitFor(10*time.Second, "the welcome email was not recorded", func() bool { return a.emailsSent(r.ID) > 0 })
+				// The record and the job's completion committed together: the
+				// job is gone the moment the record is there.
+				if n := a.welcomeJobs(r.ID); n != 0 {
+					t.Errorf("welcome jobs left for user %d: %d, want 0", r.ID, n)
+				}
+				if n := a.count("SELECT COUNT(*) FROM bunqueue_failed_jobs WHERE queue = ?", a.queue); n != 0 {
+					t.Errorf("failed jobs in the test's queue: %d, want 0", n)
+				}
+				if n := a.emailsSent(r.ID); n != 1 {
+					t.Errorf("emails sent: %d, want 1", n)
+				}
+				if n := a.runs.Load(); n != 1 {
+					t.Errorf("worker runs: %d, want 1", n)
+				}
 
-			// GET /users says so too.
-			resp, err := http.Get(a.url + "/users")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer resp.Body.Close()
-			var users []userStatus
-			if err := json.NewDecoder(resp.Body).Decode(&users); err != nil {
-				t.Fatal(err)
-			}
-			found := false
-			for _, u := range users {
-				if u.ID == r.ID {
-					found = true
-					if !u.WelcomeSent || u.WelcomeSentAt == nil || u.Email != email || u.Name != "Ada Lovelace" {
-						t.Errorf("GET /users: got %+v, want %s with its welcome email sent", u, email)
+				// GET /users says so too.
+				resp, err := http.Get(a.url + "/users")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				var users []userStatus
+				if err := json.NewDecoder(resp.Body).Decode(&users); err != nil {
+					t.Fatal(err)
+				}
+				found := false
+				for _, u := range users {
+					if u.ID == r.ID {
+						found = true
+						if !u.WelcomeSent || u.WelcomeSentAt == nil || u.Email != email || u.Name != "Ada Lovelace" {
+							t.Errorf("GET /users: got %+v, want %s with its welcome email sent", u, email)
+						}
 					}
 				}
-			}
-			if !found {
-				t.Errorf("GET /users does not list user %d", r.ID)
-			}
-		})
-	}
+				if !found {
+					t.Errorf("GET /users does not list user %d", r.ID)
+				}
+			})
+		}
+	})
 }
 
 func TestFailedSignupLeavesNoUserAndNoJob(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name   string
-		path   string
-		form   url.Values
-		header []string
-	}{
-		{name: "query", path: "/signup?fail=1"},
-		{name: "form", path: "/signup", form: url.Values{"fail": {"1"}}},
-		{name: "header", path: "/signup", header: []string{"X-Fail", "1"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			a := newTestApp(t)
-			email := a.email("eve")
-			form := url.Values{"email": {email}, "name": {"Eve"}}
-			for k, v := range tc.form {
-				form[k] = v
-			}
+	forEachServer(t, func(t *testing.T, srv testServer) {
+		for _, tc := range []struct {
+			name   string
+			path   string
+			form   url.Values
+			header []string
+		}{
+			{name: "query", path: "/signup?fail=1"},
+			{name: "form", path: "/signup", form: url.Values{"fail": {"1"}}},
+			{name: "header", path: "/signup", header: []string{"X-Fail", "1"}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				a := newTestApp(t, srv)
+				email := a.email("eve")
+				form := url.Values{"email": {email}, "name": {"Eve"}}
+				for k, v := range tc.form {
+					form[k] = v
+				}
 
-			r := a.postForm(tc.path, form, tc.header...)
-			if r.status != http.StatusInternalServerError || r.RolledBackUserID == 0 || r.RolledBackJobID == 0 {
-				t.Fatalf("POST %s: got %+v, want 500 naming the rolled-back user and job", tc.path, r)
-			}
-			// The insert and the Enqueue both happened (they returned
-			// ids), and the rollback took both. The client is not
-			// running, so a job that had been committed would still be
-			// there.
-			if n := a.usersWithEmail(email); n != 0 {
-				t.Errorf("users with email %s: %d, want 0", email, n)
-			}
-			if n := a.count("SELECT COUNT(*) FROM example_signup_user WHERE id = ?", r.RolledBackUserID); n != 0 {
-				t.Errorf("user %d: %d rows, want 0", r.RolledBackUserID, n)
-			}
-			if n := a.count("SELECT COUNT(*) FROM bunqueue_jobs WHERE id = ?", r.RolledBackJobID); n != 0 {
-				t.Errorf("job %d: %d rows, want 0", r.RolledBackJobID, n)
-			}
-			if n := a.welcomeJobs(r.RolledBackUserID); n != 0 {
-				t.Errorf("welcome jobs for user %d: %d, want 0", r.RolledBackUserID, n)
-			}
-			if n := a.count("SELECT COUNT(*) FROM bunqueue_jobs WHERE queue = ?", a.queue); n != 0 {
-				t.Errorf("jobs in the test's queue: %d, want 0", n)
-			}
-		})
-	}
+				r := a.postForm(tc.path, form, tc.header...)
+				if r.status != http.StatusInternalServerError || r.RolledBackUserID == 0 || r.RolledBackJobID == 0 {
+					t.Fatalf("POST %s: got %+v, want 500 naming the rolled-back user and job", tc.path, r)
+				}
+				// The insert and the Enqueue both happened (they returned
+				// ids), and the rollback took both. The client is not
+				// running, so a job that had been committed would still be
+				// there.
+				if n := a.usersWithEmail(email); n != 0 {
+					t.Errorf("users with email %s: %d, want 0", email, n)
+				}
+				if n := a.count("SELECT COUNT(*) FROM example_signup_user WHERE id = ?", r.RolledBackUserID); n != 0 {
+					t.Errorf("user %d: %d rows, want 0", r.RolledBackUserID, n)
+				}
+				if n := a.count("SELECT COUNT(*) FROM bunqueue_jobs WHERE id = ?", r.RolledBackJobID); n != 0 {
+					t.Errorf("job %d: %d rows, want 0", r.RolledBackJobID, n)
+				}
+				if n := a.welcomeJobs(r.RolledBackUserID); n != 0 {
+					t.Errorf("welcome jobs for user %d: %d, want 0", r.RolledBackUserID, n)
+				}
+				if n := a.count("SELECT COUNT(*) FROM bunqueue_jobs WHERE queue = ?", a.queue); n != 0 {
+					t.Errorf("jobs in the test's queue: %d, want 0", n)
+				}
+			})
+		}
+	})
 }
 
 func TestDuplicateEmailIsAConflictAndMakesNoSecondJob(t *testing.T) {
 	t.Parallel()
-	a := newTestApp(t)
-	email := a.email("grace")
+	forEachServer(t, func(t *testing.T, srv testServer) {
+		a := newTestApp(t, srv)
+		email := a.email("grace")
 
-	first := a.postForm("/signup", url.Values{"email": {email}, "name": {"Grace Hopper"}})
-	if first.status != http.StatusCreated {
-		t.Fatalf("first signup: got %+v, want 201", first)
-	}
-	body, _ := json.Marshal(map[string]string{"email": email, "name": "Grace again"})
-	second := a.post("/signup", "application/json", string(body))
-	if second.status != http.StatusConflict || second.Error == "" {
-		t.Fatalf("second signup with the same email: got %+v, want 409", second)
-	}
+		first := a.postForm("/signup", url.Values{"email": {email}, "name": {"Grace Hopper"}})
+		if first.status != http.StatusCreated {
+			t.Fatalf("first signup: got %+v, want 201", first)
+		}
+		body, _ := json.Marshal(map[string]string{"email": email, "name": "Grace again"})
+		second := a.post("/signup", "application/json", string(body))
+		if second.status != http.StatusConflict || second.Error == "" {
+			t.Fatalf("second signup with the same email: got %+v, want 409", second)
+		}
 
-	if n := a.usersWithEmail(email); n != 1 {
-		t.Errorf("users with email %s: %d, want 1", email, n)
-	}
-	if n := a.welcomeJobs(first.ID); n != 1 {
-		t.Errorf("welcome jobs for user %d: %d, want 1", first.ID, n)
-	}
-	if n := a.count("SELECT COUNT(*) FROM bunqueue_jobs WHERE queue = ?", a.queue); n != 1 {
-		t.Errorf("jobs in the test's queue: %d, want 1", n)
-	}
+		if n := a.usersWithEmail(email); n != 1 {
+			t.Errorf("users with email %s: %d, want 1", email, n)
+		}
+		if n := a.welcomeJobs(first.ID); n != 1 {
+			t.Errorf("welcome jobs for user %d: %d, want 1", first.ID, n)
+		}
+		if n := a.count("SELECT COUNT(*) FROM bunqueue_jobs WHERE queue = ?", a.queue); n != 1 {
+			t.Errorf("jobs in the test's queue: %d, want 1", n)
+		}
+
+		// Signups of one new email at once: the unique index lets exactly
+		// one in, and each of the others gets a 409 (not a 500), whichever
+		// server's duplicate-key error it is.
+		const racers = 8
+		email = a.email("hedy")
+		results := make(chan response, racers)
+		var wg sync.WaitGroup
+		for i := range racers {
+			wg.Go(func() {
+				results <- a.postForm("/signup", url.Values{"email": {email}, "name": {fmt.Sprintf("Hedy %d", i)}})
+			})
+		}
+		wg.Wait()
+		close(results)
+		created, conflicts := 0, 0
+		for r := range results {
+			switch r.status {
+			case http.StatusCreated:
+				created++
+			case http.StatusConflict:
+				conflicts++
+			default:
+				t.Errorf("concurrent signup: got %+v, want 201 or 409", r)
+			}
+		}
+		if created != 1 || conflicts != racers-1 {
+			t.Errorf("%d concurrent signups with one email: %d created, %d conflicts; want 1 and %d", racers, created, conflicts, racers-1)
+		}
+		if n := a.usersWithEmail(email); n != 1 {
+			t.Errorf("users with email %s: %d, want 1", email, n)
+		}
+		if n := a.count("SELECT COUNT(*) FROM bunqueue_jobs WHERE queue = ?", a.queue); n != 2 {
+			t.Errorf("jobs in the test's queue: %d, want 2", n)
+		}
+	})
 }
 
 func TestBadSignupIsRejected(t *testing.T) {
 	t.Parallel()
-	a := newTestApp(t)
-	for _, tc := range []struct {
-		name, contentType, body string
-	}{
-		{"no email", "application/x-www-form-urlencoded", "name=Nobody"},
-		{"not an email", "application/x-www-form-urlencoded", "email=nobody&name=Nobody"},
-		{"bad JSON", "application/json", `{"email": `},
-	} {
-		if r := a.post("/signup", tc.contentType, tc.body); r.status != http.StatusBadRequest || r.Error == "" {
-			t.Errorf("%s: got %+v, want 400 with an error", tc.name, r)
+	forEachServer(t, func(t *testing.T, srv testServer) {
+		a := newTestApp(t, srv)
+		for _, tc := range []struct {
+			name, contentType, body string
+		}{
+			{"no email", "application/x-www-form-urlencoded", "name=Nobody"},
+			{"not an email", "application/x-www-form-urlencoded", "email=nobody&name=Nobody"},
+			{"bad JSON", "application/json", `{"email": `},
+		} {
+			if r := a.post("/signup", tc.contentType, tc.body); r.status != http.StatusBadRequest || r.Error == "" {
+				t.Errorf("%s: got %+v, want 400 with an error", tc.name, r)
+			}
 		}
-	}
-	if n := a.count("SELECT COUNT(*) FROM bunqueue_jobs WHERE queue = ?", a.queue); n != 0 {
-		t.Errorf("jobs in the test's queue: %d, want 0", n)
-	}
+		if n := a.count("SELECT COUNT(*) FROM bunqueue_jobs WHERE queue = ?", a.queue); n != 0 {
+			t.Errorf("jobs in the test's queue: %d, want 0", n)
+		}
+	})
 }
 
 func randomSuffix() string {
