@@ -15,8 +15,9 @@
 #      (a FOLLOWS_FROM reference: an OpenTelemetry link);
 #   3. the worker's SQL spans (bunotel) are inside that process span.
 #
-# Run it from anywhere, with MariaDB or MySQL at BUNQUEUE_MYSQL_DSN (the
-# example's default: root@tcp(127.0.0.1:3306)/test):
+# Run it from anywhere. The example runs on the database it picks (see
+# examples/internal/exampledb): MySQL or MariaDB at BUNQUEUE_MYSQL_DSN,
+# PostgreSQL at BUNQUEUE_PG_DSN, else an SQLite file:
 #
 #   scripts/jaeger-e2e.sh
 #
