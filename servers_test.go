@@ -3,8 +3,11 @@ package bunqueue_test
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +20,7 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/bunqueue/bunqueue"
+	"github.com/bunqueue/bunqueue/dashboard"
 	"github.com/bunqueue/bunqueue/internal/dbtest"
 )
 
@@ -346,5 +350,59 @@ func TestServersNotMigrated(t *testing.T) {
 		require.NoError(t, bunqueue.Migrate(t.Context(), db))
 		_, err = c.FailedJobs(t.Context(), bunqueue.FailedJobsFilter{})
 		require.NoError(t, err)
+	})
+}
+
+// Client.Stats and the dashboard's data read every server: a queue's
+// depth, its rows processed, the failed jobs.
+func TestServersStatsAndDashboard(t *testing.T) {
+	onServers(t, func(t *testing.T, srv dbtest.Server) {
+		db := srv.Open(t, 0)
+		require.NoError(t, bunqueue.Migrate(t.Context(), db))
+		srvTable(t, db, "bq_srv_stats", "id BIGINT NOT NULL PRIMARY KEY, status VARCHAR(16) NOT NULL DEFAULT 'waiting'", "status, id")
+		dbtest.Exec(t, db, "INSERT INTO bq_srv_stats (id) VALUES (1), (2), (3)")
+		type item struct {
+			bun.BaseModel `bun:"table:bq_srv_stats"`
+			ID            int64 `bun:",pk"`
+			Status        string
+		}
+		q := bunqueue.NewQueue("srv-stats", func(q *bun.SelectQuery) *bun.SelectQuery {
+			return q.Where("status = 'waiting'").Order("id")
+		}, func(ctx context.Context, tx bun.Tx, it *item) error {
+			_, err := tx.NewUpdate().Model(it).Set("status = 'done'").WherePK().Exec(ctx)
+			return err
+		}, nil)
+		c := newClient(t, db, q)
+		depth := func() int {
+			stats, err := c.Stats(t.Context())
+			require.NoError(t, err)
+			for _, s := range stats {
+				if s.Name == "srv-stats" {
+					return s.Depth
+				}
+			}
+			t.Fatal("no stats for the queue")
+			return 0
+		}
+		require.Equal(t, 3, depth())
+		n, err := q.Count(t.Context(), 10)
+		require.NoError(t, err)
+		require.Equal(t, 3, n)
+		start(t, c)
+		eventually(t, 10*time.Second, func() bool { return depth() == 0 }, "the queue drains")
+
+		h := dashboard.New(c, nil)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/data.json", nil))
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		var data struct {
+			Queues          []bunqueue.QueueStats `json:"queues"`
+			QueuesError     string                `json:"queues_error"`
+			FailedJobsError string                `json:"failed_jobs_error"`
+		}
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &data))
+		require.Empty(t, data.QueuesError)
+		require.Empty(t, data.FailedJobsError)
+		require.NotEmpty(t, data.Queues)
 	})
 }
