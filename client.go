@@ -313,6 +313,13 @@ func (c *Client) work(ctx context.Context, r *runner, f *feed) {
 		}
 		began := time.Now()
 		res := c.counts.running(r.name, len(keys), func() batchResult { return r.run(ctx, s, r.batch, keys) }) // in flight, for Stats
+		if res.err != nil && ctx.Err() != nil {
+			// Stop cancelled the batch. The driver may close the
+			// connection lazily, and the server notice later: end the
+			// server session now, so that the batch's locks are gone when
+			// Stop returns.
+			c.endSession(ctx, s)
+		}
 		s.failed(res.err)
 		f.finish(keys)
 		if r.selfSized && res.err == nil {
@@ -373,4 +380,17 @@ func tableSchema(db *bun.DB, t *schema.Table) string {
 		return ""
 	}
 	return t.Schema
+}
+
+// endSession ends the server session of s, if it has one, from another
+// connection.
+func (c *Client) endSession(ctx context.Context, s *session) {
+	if s.conn == nil || s.id == 0 {
+		return
+	}
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	if err := c.dialect.EndSession(ectx, c.db, s.id); err != nil {
+		c.cfg.Logger.DebugContext(ctx, "bunqueue: end the session of a stopped worker", "session", s.id, "error", err)
+	}
 }

@@ -2,7 +2,6 @@ package bunqueue_test
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,10 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect/mysqldialect"
 
 	"github.com/bunqueue/bunqueue"
 	"github.com/bunqueue/bunqueue/internal/dbtest"
@@ -61,8 +58,8 @@ func (h *stmtLog) matching(prefix string) []loggedStmt {
 
 func maxAllowedPacket(t *testing.T, db bun.IDB) int {
 	t.Helper()
-	var n int
-	require.NoError(t, db.NewRaw("SELECT @@max_allowed_packet").Scan(t.Context(), &n))
+	n, err := dialectOf(db).MaxStatement(t.Context(), db)
+	require.NoError(t, err)
 	return n
 }
 
@@ -282,18 +279,18 @@ func TestEnqueuePayloadLimit(t *testing.T) {
 	res, err := c.Enqueue(ctx, db, fit, opts)
 	require.NoError(t, err, "the largest payload the check accepts must fit the packet")
 	require.Equal(t, len(raw), count(t, db, "SELECT LENGTH(args) FROM bunqueue_jobs WHERE id = ?", res.ID))
-	require.Equal(t, 1, count(t, db, "SELECT args = ? FROM bunqueue_jobs WHERE id = ?", raw, res.ID))
+	require.Equal(t, 1, count(t, db, "SELECT CASE WHEN args = ? THEN 1 ELSE 0 END FROM bunqueue_jobs WHERE id = ?", raw, res.ID))
 
 	// Failed and retried, it is sent once more: it must fit again.
 	dbtest.Exec(t, db, fmt.Sprintf(`INSERT INTO bunqueue_failed_jobs
 	(job_id, queue, kind, args, metadata, priority, attempts, max_attempts, unique_key, error, created_at, failed_at)
-SELECT id, queue, kind, args, metadata, priority, 1, max_attempts, unique_key, 'too big', created_at, UTC_TIMESTAMP(6)
-FROM bunqueue_jobs WHERE id = %d`, res.ID), fmt.Sprintf("DELETE FROM bunqueue_jobs WHERE id = %d", res.ID))
+SELECT id, queue, kind, args, metadata, priority, 1, max_attempts, unique_key, 'too big', created_at, %s
+FROM bunqueue_jobs WHERE id = %d`, nowSQL(db), res.ID), fmt.Sprintf("DELETE FROM bunqueue_jobs WHERE id = %d", res.ID))
 	f, ok := failedByJobID(t, db, res.ID)
 	require.True(t, ok)
 	newID, err := c.RetryFailed(ctx, f.ID)
 	require.NoError(t, err)
-	require.Equal(t, 1, count(t, db, "SELECT args = ? FROM bunqueue_jobs WHERE id = ?", raw, newID))
+	require.Equal(t, 1, count(t, db, "SELECT CASE WHEN args = ? THEN 1 ELSE 0 END FROM bunqueue_jobs WHERE id = ?", raw, newID))
 }
 
 type scheduleArgs struct {
@@ -314,13 +311,14 @@ func TestEnqueueSchedule(t *testing.T) {
 	ctx := t.Context()
 
 	// A pool whose sessions are in another time zone.
-	cfg := mustParseDSN(t, dbtest.DSN())
-	if cfg.Params == nil {
-		cfg.Params = map[string]string{}
+	var tokyo *bun.DB
+	if isPG(db) {
+		tokyo = dbtest.OpenSession(t, 0, map[string]string{"TimeZone": "Asia/Tokyo"})
+		require.Equal(t, "Asia/Tokyo", str(t, tokyo, "SELECT current_setting('TimeZone')"))
+	} else {
+		tokyo = dbtest.OpenSession(t, 0, map[string]string{"time_zone": "'+09:00'"})
+		require.Equal(t, "+09:00", str(t, tokyo, "SELECT @@session.time_zone"))
 	}
-	cfg.Params["time_zone"] = "'+09:00'"
-	tokyo := openDSN(t, cfg.FormatDSN(), 0)
-	require.Equal(t, "+09:00", str(t, tokyo, "SELECT @@session.time_zone"))
 
 	type stored struct {
 		Delay int64 // run_at - created_at, µs
@@ -329,8 +327,12 @@ func TestEnqueueSchedule(t *testing.T) {
 	}
 	read := func(id int64) stored {
 		var s stored
-		require.NoError(t, db.NewRaw(`SELECT TIMESTAMPDIFF(MICROSECOND, created_at, run_at),
-	TIMESTAMPDIFF(MICROSECOND, created_at, UTC_TIMESTAMP(6)), DATE_FORMAT(run_at, '%Y-%m-%d %H:%i:%s.%f')
+		format := "DATE_FORMAT(run_at, '%Y-%m-%d %H:%i:%s.%f')"
+		if isPG(db) {
+			format = "to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')"
+		}
+		require.NoError(t, db.NewRaw(`SELECT `+diffSQL(db, "MICROSECOND", "created_at", "run_at")+`,
+	`+diffSQL(db, "MICROSECOND", "created_at", nowSQL(db))+`, `+format+`
 FROM bunqueue_jobs WHERE id = ?`, id).Scan(ctx, &s.Delay, &s.Age, &s.RunAt))
 		return s
 	}
@@ -378,26 +380,13 @@ FROM bunqueue_jobs WHERE id = ?`, id).Scan(ctx, &s.Delay, &s.Age, &s.RunAt))
 	defer mu.Unlock()
 	require.Len(t, got, 1, "the delayed job is not due")
 	require.True(t, got[1].Equal(past), "Job.RunAt %s, want %s", got[1], past)
-	require.Equal(t, time.UTC, got[1].Location())
+	requireUTC(t, got[1], "Job.RunAt")
 }
 
 // openDSN opens a pool on dsn, closed when the test ends.
 func openDSN(t *testing.T, dsn string, maxConns int) *bun.DB {
 	t.Helper()
-	sqldb, err := sql.Open("mysql", dsn)
-	require.NoError(t, err)
-	sqldb.SetMaxOpenConns(maxConns)
-	db := bun.NewDB(sqldb, mysqldialect.New())
-	t.Cleanup(func() { _ = db.Close() })
-	require.NoError(t, db.Ping())
-	return db
-}
-
-func mustParseDSN(t *testing.T, dsn string) *mysql.Config {
-	t.Helper()
-	cfg, err := mysql.ParseDSN(dsn)
-	require.NoError(t, err)
-	return cfg
+	return dbtest.OpenDSN(t, dsn, maxConns)
 }
 
 type uniqueArgs struct {
@@ -490,7 +479,8 @@ func TestEnqueueMany(t *testing.T) {
 	hooked := dbtest.Open(t, 0)
 	var log stmtLog
 	hooked.AddQueryHook(&log)
-	const insert = "INSERT IGNORE INTO bunqueue_jobs "
+	head, _ := dialectOf(db).InsertIgnore()
+	insert := head + " bunqueue_jobs "
 	jobsOf := func(where string) int {
 		return count(t, db, "SELECT COUNT(*) FROM bunqueue_jobs WHERE queue = ? "+where, queue)
 	}
@@ -584,7 +574,7 @@ func TestEnqueueMany(t *testing.T) {
 	}
 	raw, err := json.Marshal(manyArgs{N: 100, S: big})
 	require.NoError(t, err)
-	require.Equal(t, 1, jobsOf(fmt.Sprintf("AND args = X'%x'", raw)), "stored whole")
+	require.Equal(t, 1, count(t, db, "SELECT COUNT(*) FROM bunqueue_jobs WHERE queue = ? AND args = ?", queue, raw), "stored whole")
 	require.Equal(t, 5, jobsOf(fmt.Sprintf("AND LENGTH(args) = %d", len(raw))))
 }
 

@@ -84,6 +84,9 @@ func (c *Client) FailedJobsTx(ctx context.Context, db bun.IDB, filter FailedJobs
 	if err := q.OrderExpr("id DESC").Limit(int64(filter.Limit)).Scan(ctx, &out); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("bunqueue: list failed jobs: %w", c.notMigrated(err))
 	}
+	for i := range out { // in UTC, as documented, whatever the driver's location
+		out[i].CreatedAt, out[i].FailedAt = out[i].CreatedAt.UTC(), out[i].FailedAt.UTC()
+	}
 	return out, nil
 }
 

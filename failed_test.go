@@ -20,14 +20,10 @@ import (
 // returns its id.
 func insertFailed(t *testing.T, db bun.IDB, queue, kind string, jobID int64, uniqueKey *string) int64 {
 	t.Helper()
-	r, err := db.NewRaw(`INSERT INTO bunqueue_failed_jobs
+	return insertID(t, db, `INSERT INTO bunqueue_failed_jobs
 	(job_id, queue, kind, args, metadata, priority, attempts, max_attempts, unique_key, error, created_at, failed_at)
-VALUES (?, ?, ?, ?, NULL, 3, 2, 2, ?, ?, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR, UTC_TIMESTAMP(6))`,
-		jobID, queue, kind, []byte(fmt.Sprintf(`{"job": %d}`, jobID)), uniqueKey, fmt.Sprintf("error of job %d", jobID)).Exec(t.Context())
-	require.NoError(t, err)
-	id, err := r.LastInsertId()
-	require.NoError(t, err)
-	return id
+VALUES (?, ?, ?, ?, NULL, 3, 2, 2, ?, ?, `+plusSQL(db, -time.Hour)+`, `+nowSQL(db)+`)`,
+		jobID, queue, kind, []byte(fmt.Sprintf(`{"job": %d}`, jobID)), uniqueKey, fmt.Sprintf("error of job %d", jobID))
 }
 
 func failedIDs(jobs []bunqueue.FailedJob) []int64 {
@@ -109,7 +105,7 @@ func TestFailedJobsListing(t *testing.T) {
 	require.Equal(t, 2, f.MaxAttempts)
 	require.Nil(t, f.UniqueKey)
 	require.InDelta(t, time.Hour.Seconds(), f.FailedAt.Sub(f.CreatedAt).Seconds(), 1)
-	require.Equal(t, time.UTC, f.FailedAt.Location())
+	requireUTC(t, f.FailedAt, "FailedJob.FailedAt")
 
 	// Limits.
 	for _, limit := range []int{-1, 1001, math.MaxInt} {
@@ -247,7 +243,7 @@ func TestRetryFailedTx(t *testing.T) {
 	}
 	var got back
 	require.NoError(t, db.NewRaw(`SELECT args, priority, max_attempts, attempts, unique_key,
-	TIMESTAMPDIFF(SECOND, created_at, UTC_TIMESTAMP(6)), TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), run_at)
+	`+diffSQL(db, "SECOND", "created_at", nowSQL(db))+`, `+diffSQL(db, "MICROSECOND", nowSQL(db), "run_at")+`
 FROM bunqueue_jobs WHERE id = ?`, newID).Scan(ctx, &got.Args, &got.Priority, &got.MaxAttempts, &got.Attempts, &got.UniqueKey, &got.Age, &got.Due))
 	require.Equal(t, []byte(`{"job": 7}`), got.Args)
 	require.Equal(t, 3, got.Priority)

@@ -26,7 +26,7 @@ type retryItem struct {
 
 func retryQuery(q *bun.SelectQuery) *bun.SelectQuery {
 	return q.Where("status = 'waiting'").
-		Where("retry_at IS NULL OR retry_at <= UTC_TIMESTAMP(6)").
+		Where("retry_at IS NULL OR retry_at <= " + nowSQL(q)).
 		Order("id")
 }
 
@@ -35,7 +35,7 @@ func retryQuery(q *bun.SelectQuery) *bun.SelectQuery {
 func recordRetry(ctx context.Context, tx bun.Tx, it *retryItem, _ error) error {
 	_, err := tx.NewUpdate().Model(it).
 		Set("attempts = attempts + 1").
-		Set("retry_at = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR").
+		Set("retry_at = " + plusSQL(tx, time.Hour)).
 		WherePK().Exec(ctx)
 	return err
 }
@@ -87,7 +87,7 @@ func TestOnErrorRecordsAttemptsAndRetryAt(t *testing.T) {
 
 	require.Equal(t, 1, count(t, db, "SELECT attempts FROM bq_test_retry WHERE id = 2"))
 	require.Equal(t, 1, count(t, db, "SELECT attempts FROM bq_test_retry WHERE id = 4"))
-	require.Equal(t, 2, count(t, db, "SELECT COUNT(*) FROM bq_test_retry WHERE status = 'waiting' AND retry_at > UTC_TIMESTAMP(6) + INTERVAL 59 MINUTE"),
+	require.Equal(t, 2, count(t, db, "SELECT COUNT(*) FROM bq_test_retry WHERE status = 'waiting' AND retry_at > "+plusSQL(db, 59*time.Minute)),
 		"retry_at an hour ahead, by the database clock")
 	require.Equal(t, []int64{1, 3, 5}, ids(t, db, "SELECT item_id FROM bq_test_retry_effect ORDER BY item_id"),
 		"the failed handlers' writes were undone")
@@ -100,7 +100,7 @@ func TestOnErrorRecordsAttemptsAndRetryAt(t *testing.T) {
 	require.False(t, ok, "a row waiting for its retry_at was claimed")
 
 	// Once the database clock passes retry_at, they are claimed again.
-	dbtest.Exec(t, db, "UPDATE bq_test_retry SET retry_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND WHERE id = 4")
+	dbtest.Exec(t, db, "UPDATE bq_test_retry SET retry_at = "+plusSQL(db, -time.Second)+" WHERE id = 4")
 	ok, err = q.ProcessNext(t.Context())
 	require.True(t, ok)
 	require.ErrorContains(t, err, "mailbox unavailable")
@@ -276,7 +276,7 @@ func TestEveryFailureIsRecordedUnderConcurrency(t *testing.T) {
 	var calls, failures, recorded atomic.Int64
 	q := bunqueue.NewQueue("record",
 		func(q *bun.SelectQuery) *bun.SelectQuery {
-			return q.Where("status = 'waiting'").Where("retry_at IS NULL OR retry_at <= UTC_TIMESTAMP(6)").Order("id")
+			return q.Where("status = 'waiting'").Where("retry_at IS NULL OR retry_at <= " + nowSQL(q)).Order("id")
 		},
 		func(ctx context.Context, tx bun.Tx, it *recordItem) error {
 			calls.Add(1)
@@ -291,7 +291,7 @@ func TestEveryFailureIsRecordedUnderConcurrency(t *testing.T) {
 			recorded.Add(1)
 			_, err := tx.NewUpdate().Model(it).
 				Set("attempts = attempts + 1").
-				Set("retry_at = UTC_TIMESTAMP(6) + INTERVAL 1 HOUR").
+				Set("retry_at = " + plusSQL(tx, time.Hour)).
 				WherePK().Exec(ctx)
 			return err
 		}})

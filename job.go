@@ -92,7 +92,7 @@ func AddWorker[T JobArgs](c *Client, w Worker[T]) error {
 	c.kinds[kind] = func(ctx context.Context, db bun.IDB, row *jobRow, attempt int) error {
 		job := &Job[T]{
 			ID: row.ID, Queue: row.Queue, Kind: row.Kind, Attempt: attempt,
-			MaxAttempts: row.MaxAttempts, RunAt: row.RunAt, CreatedAt: row.CreatedAt,
+			MaxAttempts: row.MaxAttempts, RunAt: row.RunAt.UTC(), CreatedAt: row.CreatedAt.UTC(), // pgx reads timestamptz in time.Local
 		}
 		if err := json.Unmarshal(row.Args, &job.Args); err != nil {
 			return Cancel(fmt.Errorf("bunqueue: decode the args of job %d (kind %q) into %T: %w", row.ID, row.Kind, job.Args, err))

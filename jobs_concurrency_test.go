@@ -148,7 +148,8 @@ func TestJobsConcurrencyLeaseModeNoJobRunsTwiceAtOnce(t *testing.T) {
 					}
 					return fail(err)
 				}
-				r, err := db.NewRaw("INSERT IGNORE INTO "+effects+" (job_id, client) VALUES (?, ?)", job.ID, c).Exec(ctx)
+				head, tail := dialectOf(db).InsertIgnore()
+				r, err := db.NewRaw(head+" "+effects+" (job_id, client) VALUES (?, ?)"+tail, job.ID, c).Exec(ctx)
 				if err != nil {
 					return fail(err)
 				}

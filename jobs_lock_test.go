@@ -107,12 +107,8 @@ func insertRawJob(t *testing.T, db bun.IDB, queue, kind string, args, metadata [
 	if metadata != nil {
 		meta = metadata
 	}
-	r, err := db.NewRaw(`INSERT INTO bunqueue_jobs (queue, kind, args, metadata, priority, max_attempts, run_at, created_at)
-VALUES (?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))`, queue, kind, args, meta, priority, maxAttempts).Exec(t.Context())
-	require.NoError(t, err)
-	id, err := r.LastInsertId()
-	require.NoError(t, err)
-	return id
+	return insertID(t, db, `INSERT INTO bunqueue_jobs (queue, kind, args, metadata, priority, max_attempts, run_at, created_at)
+VALUES (?, ?, ?, ?, ?, ?, `+nowSQL(db)+`, `+nowSQL(db)+`)`, queue, kind, args, meta, priority, maxAttempts)
 }
 
 // seenAttempt is what one attempt of a job saw, read through the job's own
@@ -129,7 +125,7 @@ type seenAttempt struct {
 
 func seeAttempt(ctx context.Context, db bun.IDB, id int64, attempt int, runAt, createdAt time.Time) (seenAttempt, error) {
 	s := seenAttempt{Attempt: attempt, RunAt: runAt, CreatedAt: createdAt}
-	err := db.NewRaw("SELECT UTC_TIMESTAMP(6), attempts, last_error, args FROM bunqueue_jobs WHERE id = ?", id).
+	err := db.NewRaw("SELECT "+nowSQL(db)+", attempts, last_error, args FROM bunqueue_jobs WHERE id = ?", id).
 		Scan(ctx, &s.Now, &s.Attempts, &s.LastError, &s.Args)
 	return s, err
 }
@@ -625,7 +621,7 @@ func TestJobOrderAndSchedule(t *testing.T) {
 		order = append(order, job.Args.Label)
 		if job.Args.Label == "future" {
 			futureDue = job.RunAt
-			return db.NewRaw("SELECT UTC_TIMESTAMP(6)").Scan(ctx, &futureRan)
+			return db.NewRaw("SELECT "+nowSQL(db)).Scan(ctx, &futureRan)
 		}
 		return nil
 	})))
@@ -690,7 +686,7 @@ func TestJobRetention(t *testing.T) {
 	read := func(id int64) (doneRow, bool) {
 		var r []doneRow
 		require.NoError(t, db.NewRaw(`SELECT state, completed_at, unique_key, last_error,
-	TIMESTAMPDIFF(MICROSECOND, completed_at, UTC_TIMESTAMP(6)) AS age FROM bunqueue_jobs WHERE id = ?`, id).Scan(t.Context(), &r))
+	`+diffSQL(db, "MICROSECOND", "completed_at", nowSQL(db))+` AS age FROM bunqueue_jobs WHERE id = ?`, id).Scan(t.Context(), &r))
 		if len(r) == 0 {
 			return doneRow{}, false
 		}
@@ -757,7 +753,7 @@ func TestJobTimeout(t *testing.T) {
 			mu.Unlock()
 		}()
 		if job.Args.SQL {
-			_, err := db.NewRaw("SELECT SLEEP(5)").Exec(ctx)
+			_, err := db.NewRaw(dbtest.Sleep(5)).Exec(ctx)
 			return err
 		}
 		select {
@@ -816,7 +812,7 @@ func TestJobTimeoutInSQL(t *testing.T) {
 		if job.Args.Mode == "ok" {
 			return nil
 		}
-		_, err := db.NewRaw("SELECT SLEEP(20)").Exec(ctx)
+		_, err := db.NewRaw(dbtest.Sleep(20)).Exec(ctx)
 		if job.Args.Mode == "swallow" {
 			return nil
 		}

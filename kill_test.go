@@ -2,7 +2,6 @@ package bunqueue_test
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -75,7 +74,7 @@ func TestKilledConnectionReturnsTheRow(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	require.Equal(t, "waiting", str(t, db, "SELECT status FROM bq_test_kill WHERE id = 1"), "B must not get the row while A holds it")
 
-	dbtest.Exec(t, db, fmt.Sprintf("KILL %d", id))
+	dbtest.Exec(t, db, dbtest.KillSQL(id))
 	eventually(t, 10*time.Second, func() bool {
 		return str(t, db, "SELECT status FROM bq_test_kill WHERE id = 1") == "done"
 	}, "B processes the row once A's connection is gone")

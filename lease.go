@@ -76,7 +76,14 @@ func (l *leaseRunner) run(ctx context.Context, _ *session, limit int, keys []can
 
 // claim locks waiting jobs, moves those whose last attempt's lease expired
 // to the failed jobs, and leases the others with a fresh token.
+//
+// The transaction does not end with ctx: a driver that sends COMMIT under
+// a context that Stop cancels (pgx does) reports an error after the server
+// may have committed, and the jobs would stay leased, not run, until their
+// leases ran out. The caller releases what it claimed if ctx has ended.
 func (l *leaseRunner) claim(ctx context.Context, limit int, keys []candidate, res *batchResult) ([]jobRow, string, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
 	tx, err := l.c.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return nil, "", err

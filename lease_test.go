@@ -3,7 +3,6 @@ package bunqueue_test
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect/mysqldialect"
 
 	"github.com/bunqueue/bunqueue"
 	"github.com/bunqueue/bunqueue/internal/dbtest"
@@ -75,12 +73,11 @@ func (leaseFailArgs) Kind() string { return "bq_test_lease_fail" }
 func runLeaseWorkerProcess() int {
 	queue, table := os.Getenv(leaseWorkerEnv), os.Getenv(leaseTableEnv)
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	sqldb, err := sql.Open("mysql", dbtest.DSN())
+	db, err := dbtest.OpenDB()
 	if err != nil {
 		log.Error("open", "error", err)
 		return 2
 	}
-	db := bun.NewDB(sqldb, mysqldialect.New())
 	c, err := bunqueue.NewClient(db, &bunqueue.Config{
 		PollInterval: 50 * time.Millisecond, Logger: log,
 		JobQueues: map[string]bunqueue.JobQueueConfig{queue: {Mode: bunqueue.ModeLease, Lease: leaseTestLease}},
@@ -123,7 +120,7 @@ func runLeaseWorkerProcess() int {
 // by the database clock, and the job's lease end (its run_at) at that time.
 func recordLeaseStart(ctx context.Context, db bun.IDB, table string, id int64, attempt int) error {
 	_, err := db.NewRaw("INSERT INTO "+table+" (job_id, attempt, pid, started_at, lease_until) "+
-		"SELECT id, ?, ?, UTC_TIMESTAMP(6), run_at FROM bunqueue_jobs WHERE id = ?",
+		"SELECT id, ?, ?, "+nowSQL(db)+", run_at FROM bunqueue_jobs WHERE id = ?",
 		attempt, os.Getpid(), id).Exec(ctx)
 	return err
 }
@@ -402,7 +399,7 @@ func TestLeaseStaleCompletionAffectsNoRow(t *testing.T) {
 			conns = append(conns, conn)
 		}
 		var s seen
-		s.err = conns[0].QueryRowContext(bg, "SELECT lease_token, run_at, UTC_TIMESTAMP(6) FROM bunqueue_jobs WHERE id = ?", job.ID).
+		s.err = conns[0].QueryRowContext(bg, "SELECT lease_token, run_at, "+nowSQL(db)+" FROM bunqueue_jobs WHERE id = ?", job.ID).
 			Scan(&s.token, &s.leaseEnd, &s.now)
 		aStarted <- s
 		select {
@@ -411,7 +408,7 @@ func TestLeaseStaleCompletionAffectsNoRow(t *testing.T) {
 		case <-time.After(15 * time.Second):
 		}
 		var c seen
-		c.err = conns[0].QueryRowContext(bg, "SELECT lease_token, run_at, UTC_TIMESTAMP(6) FROM bunqueue_jobs WHERE id = ?", job.ID).
+		c.err = conns[0].QueryRowContext(bg, "SELECT lease_token, run_at, "+nowSQL(db)+" FROM bunqueue_jobs WHERE id = ?", job.ID).
 			Scan(&c.token, &c.leaseEnd, &c.now)
 		if ctx.Err() == nil {
 			c.err = errors.Join(c.err, errors.New("A's context was never cancelled"))
@@ -434,7 +431,7 @@ func TestLeaseStaleCompletionAffectsNoRow(t *testing.T) {
 		if job.Attempt != 2 {
 			bSeen.err = fmt.Errorf("B ran attempt %d, want 2", job.Attempt)
 		} else {
-			bSeen.err = db.NewRaw("SELECT lease_token, run_at, UTC_TIMESTAMP(6) FROM bunqueue_jobs WHERE id = ?", job.ID).
+			bSeen.err = db.NewRaw("SELECT lease_token, run_at, "+nowSQL(db)+" FROM bunqueue_jobs WHERE id = ?", job.ID).
 				Scan(ctx, &bSeen.token, &bSeen.leaseEnd, &bSeen.now)
 		}
 		close(bHolds)
@@ -529,7 +526,7 @@ func TestLeaseHeartbeatsKeepALongJob(t *testing.T) {
 		until := time.Now().Add(5 * time.Second)
 		for {
 			var s sample
-			if err := db.NewRaw("SELECT run_at, UTC_TIMESTAMP(6) FROM bunqueue_jobs WHERE id = ?", job.ID).Scan(ctx, &s.RunAt, &s.Now); err != nil {
+			if err := db.NewRaw("SELECT run_at, "+nowSQL(db)+" FROM bunqueue_jobs WHERE id = ?", job.ID).Scan(ctx, &s.RunAt, &s.Now); err != nil {
 				return err
 			}
 			mu.Lock()
@@ -626,7 +623,7 @@ func TestLeaseStopWithExpiredContextReleasesEveryJob(t *testing.T) {
 	require.Equal(t, jobs, count(t, db, "SELECT COUNT(*) FROM bunqueue_jobs WHERE queue = ?", queue), "no job completed or failed")
 	require.Zero(t, count(t, db, "SELECT COUNT(*) FROM bunqueue_jobs WHERE queue = ? AND lease_token IS NOT NULL", queue), "nothing is left leased")
 	require.Zero(t, count(t, db, "SELECT COUNT(*) FROM bunqueue_jobs WHERE queue = ? AND attempts <> 0", queue), "no attempt was used")
-	require.Equal(t, jobs, count(t, db, "SELECT COUNT(*) FROM bunqueue_jobs WHERE queue = ? AND run_at <= UTC_TIMESTAMP(6)", queue), "every job is runnable now")
+	require.Equal(t, jobs, count(t, db, "SELECT COUNT(*) FROM bunqueue_jobs WHERE queue = ? AND run_at <= "+nowSQL(db), queue), "every job is runnable now")
 	require.Zero(t, count(t, db, "SELECT COUNT(*) FROM bunqueue_failed_jobs WHERE queue = ?", queue))
 
 	// Runnable at once, for real: a new client runs them all, first attempts.
@@ -686,11 +683,11 @@ func TestLeaseSnoozeAndFailureRecordAttemptsAndClearTheLease(t *testing.T) {
 
 	eventually(t, 10*time.Second, func() bool {
 		return count(t, db, "SELECT COUNT(*) FROM bunqueue_jobs WHERE id = ? AND lease_token IS NULL "+
-			"AND run_at > UTC_TIMESTAMP(6) + INTERVAL 59 MINUTE", snoozed) == 1
+			"AND run_at > "+plusSQL(db, 59*time.Minute), snoozed) == 1
 	}, "the snoozed job is given back for an hour")
 	eventually(t, 10*time.Second, func() bool {
 		return count(t, db, "SELECT COUNT(*) FROM bunqueue_jobs WHERE id = ? AND lease_token IS NULL "+
-			"AND run_at > UTC_TIMESTAMP(6) + INTERVAL 59 MINUTE", failed) == 1
+			"AND run_at > "+plusSQL(db, 59*time.Minute), failed) == 1
 	}, "the failed job waits for its backoff of an hour")
 
 	type state struct {
@@ -702,7 +699,7 @@ func TestLeaseSnoozeAndFailureRecordAttemptsAndClearTheLease(t *testing.T) {
 	}
 	read := func(id int64) state {
 		var s state
-		require.NoError(t, db.NewRaw("SELECT attempts, last_error, lease_token, run_at, UTC_TIMESTAMP(6) FROM bunqueue_jobs WHERE id = ?", id).
+		require.NoError(t, db.NewRaw("SELECT attempts, last_error, lease_token, run_at, "+nowSQL(db)+" FROM bunqueue_jobs WHERE id = ?", id).
 			Scan(t.Context(), &s.Attempts, &s.LastError, &s.LeaseToken, &s.RunAt, &s.Now))
 		return s
 	}
@@ -719,7 +716,7 @@ func TestLeaseSnoozeAndFailureRecordAttemptsAndClearTheLease(t *testing.T) {
 	require.Zero(t, count(t, db, "SELECT COUNT(*) FROM bunqueue_failed_jobs WHERE queue = ?", queue))
 
 	// Make both due: they run again and complete.
-	dbtest.Exec(t, db, fmt.Sprintf("UPDATE bunqueue_jobs SET run_at = UTC_TIMESTAMP(6) WHERE id IN (%d, %d)", snoozed, failed))
+	dbtest.Exec(t, db, fmt.Sprintf("UPDATE bunqueue_jobs SET run_at = "+nowSQL(db)+" WHERE id IN (%d, %d)", snoozed, failed))
 	eventually(t, 10*time.Second, func() bool {
 		return count(t, db, "SELECT COUNT(*) FROM bunqueue_jobs WHERE id IN (?, ?)", snoozed, failed) == 0
 	}, "both jobs complete")

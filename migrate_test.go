@@ -22,23 +22,27 @@ import (
 // when the test ends, and returns a DSN that points to it.
 func scratchDatabase(t *testing.T, prefix string) string {
 	t.Helper()
-	admin := dbtest.Open(t, 0)
-	name := dbtest.Name(prefix)
-	dbtest.Exec(t, admin, "CREATE DATABASE "+name)
-	t.Cleanup(func() { _, _ = admin.Exec("DROP DATABASE IF EXISTS " + name) })
-	cfg := mustParseDSN(t, dbtest.DSN())
-	cfg.DBName = name
-	return cfg.FormatDSN()
+	return dbtest.Scratch(t, prefix)
 }
 
 var autoIncrement = regexp.MustCompile(` AUTO_INCREMENT=\d+`)
 
 // schemaOf returns the CREATE TABLE statements of the jobs tables, without
-// their AUTO_INCREMENT counters.
+// their AUTO_INCREMENT counters (on PostgreSQL, which has no SHOW CREATE
+// TABLE, their columns and the definitions of their indexes).
 func schemaOf(t *testing.T, db *bun.DB) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	for _, table := range []string{migrate.JobsTable, migrate.FailedJobsTable, migrate.VersionsTable} {
+		if isPG(db) {
+			var cols, idxs []string
+			require.NoError(t, db.NewRaw(`SELECT column_name || ' ' || data_type || ' ' || is_nullable || ' ' || COALESCE(column_default, '') || ' ' || is_identity
+FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ? ORDER BY ordinal_position`, table).Scan(t.Context(), &cols))
+			require.NoError(t, db.NewRaw(`SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = ? ORDER BY indexname`, table).Scan(t.Context(), &idxs))
+			require.NotEmpty(t, cols, "table %s", table)
+			out[table] = strings.Join(append(cols, idxs...), "\n")
+			continue
+		}
 		var name, ddl string
 		require.NoError(t, db.QueryRowContext(t.Context(), "SHOW CREATE TABLE "+table).Scan(&name, &ddl))
 		out[table] = autoIncrement.ReplaceAllString(ddl, "")
@@ -58,9 +62,12 @@ func appliedVersions(t *testing.T, db *bun.DB) []versionRow {
 	return out
 }
 
-func allVersions() []versionRow {
+func allVersions(t *testing.T, db *bun.DB) []versionRow {
+	t.Helper()
+	s, err := migrate.For(db)
+	require.NoError(t, err)
 	var out []versionRow
-	for _, m := range migrate.Migrations {
+	for _, m := range s.Migrations {
 		out = append(out, versionRow{m.Version, m.Name})
 	}
 	return out
@@ -75,19 +82,25 @@ func TestMigrateIdempotent(t *testing.T) {
 
 	db := openDSN(t, scratchDatabase(t, "bq_test_migidem"), 0)
 	require.NoError(t, bunqueue.Migrate(t.Context(), db))
-	require.Equal(t, allVersions(), appliedVersions(t, db))
+	require.Equal(t, allVersions(t, db), appliedVersions(t, db))
 	first := schemaOf(t, db)
-	require.Contains(t, first[migrate.JobsTable], "KEY `bunqueue_jobs_claim` (`queue`,`state`,`priority`,`run_at`,`id`)")
-	require.Contains(t, first[migrate.JobsTable], "UNIQUE KEY `bunqueue_jobs_unique_key` (`unique_key`)")
-	require.Contains(t, first[migrate.JobsTable], "ENGINE=InnoDB")
-	dbtest.Exec(t, db, "INSERT INTO bunqueue_jobs (queue, kind, args, max_attempts, run_at, created_at) VALUES ('q', 'k', '{}', 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))")
+	if isPG(db) {
+		require.Contains(t, first[migrate.JobsTable], "INDEX bunqueue_jobs_claim ON")
+		require.Contains(t, first[migrate.JobsTable], "(queue, state, priority, run_at, id)")
+		require.Contains(t, first[migrate.JobsTable], "UNIQUE INDEX bunqueue_jobs_unique_key ON")
+	} else {
+		require.Contains(t, first[migrate.JobsTable], "KEY `bunqueue_jobs_claim` (`queue`,`state`,`priority`,`run_at`,`id`)")
+		require.Contains(t, first[migrate.JobsTable], "UNIQUE KEY `bunqueue_jobs_unique_key` (`unique_key`)")
+		require.Contains(t, first[migrate.JobsTable], "ENGINE=InnoDB")
+	}
+	dbtest.Exec(t, db, "INSERT INTO bunqueue_jobs (queue, kind, args, max_attempts, run_at, created_at) VALUES ('q', 'k', '{}', 1, "+nowSQL(db)+", "+nowSQL(db)+")")
 
 	applied, err := migrate.Run(t.Context(), db)
 	require.NoError(t, err)
 	require.Empty(t, applied, "a second run applies nothing")
 	require.NoError(t, bunqueue.Migrate(t.Context(), db))
 	require.Equal(t, first, schemaOf(t, db))
-	require.Equal(t, allVersions(), appliedVersions(t, db))
+	require.Equal(t, allVersions(t, db), appliedVersions(t, db))
 	require.Equal(t, 1, count(t, db, "SELECT COUNT(*) FROM bunqueue_jobs"), "the rows are kept")
 }
 
@@ -126,7 +139,7 @@ func TestMigrateConcurrent(t *testing.T) {
 			for i, err := range errs {
 				require.NoError(t, err, "process %d", i)
 			}
-			require.Equal(t, allVersions(), appliedVersions(t, pools[0]), "one row per version")
+			require.Equal(t, allVersions(t, pools[0]), appliedVersions(t, pools[0]), "one row per version")
 			if via == "migrate.Run" {
 				times := map[int]int{}
 				for _, vs := range applied {
@@ -135,7 +148,9 @@ func TestMigrateConcurrent(t *testing.T) {
 					}
 				}
 				want := map[int]int{}
-				for _, m := range migrate.Migrations {
+				s, err := migrate.For(pools[0])
+				require.NoError(t, err)
+				for _, m := range s.Migrations {
 					want[m.Version] = 1
 				}
 				require.Equal(t, want, times, "each version applied by exactly one process")
@@ -173,6 +188,7 @@ func (migrationSQLArgs) Kind() string { return "t_migration_sql" }
 // nothing left to do and the jobs tables work.
 func TestMigrationSQL(t *testing.T) {
 	t.Parallel()
+	dbtest.OnlyMySQL(t, "bunqueue.MigrationSQL is the MySQL and MariaDB script")
 	script := bunqueue.MigrationSQL()
 	for _, want := range []string{
 		"CREATE TABLE IF NOT EXISTS bunqueue_migrations (",
@@ -194,7 +210,7 @@ func TestMigrationSQL(t *testing.T) {
 			require.NoError(t, err, s)
 		}
 	}
-	require.Equal(t, allVersions(), appliedVersions(t, bySQL))
+	require.Equal(t, allVersions(t, bySQL), appliedVersions(t, bySQL))
 	applied, err := migrate.Run(t.Context(), bySQL)
 	require.NoError(t, err)
 	require.Empty(t, applied, "Migrate finds every version applied")
@@ -236,6 +252,7 @@ func (explainArgs) Kind() string { return "t_explain" }
 // of several queues.
 func TestJobClaimQueryUsesIndex(t *testing.T) {
 	t.Parallel()
+	dbtest.OnlyMySQL(t, "reads MySQL's EXPLAIN; PostgreSQL's plans are checked by the engine's Explain (plan_test, internal/sqldialect)")
 	dsn := scratchDatabase(t, "bq_test_explain")
 	db := openDSN(t, dsn, 0)
 	ctx := t.Context()

@@ -86,15 +86,14 @@ func relBadJobs(t *testing.T, admin *bun.DB, mode bunqueue.JobMode) {
 		})),
 		bunqueue.AddWorker(c, bunqueue.WorkerFunc[relHangSQLArgs](func(ctx context.Context, db bun.IDB, job *bunqueue.Job[relHangSQLArgs]) error {
 			hangs.Add(1)
-			_, err := db.NewRaw("SELECT SLEEP(30)").Exec(ctx)
+			_, err := db.NewRaw(dbtest.Sleep(30)).Exec(ctx)
 			return err
 		})),
 	))
 	rep := &relReport{Scenario: "bad input", Mode: "jobs, " + mode.String() + " mode", Enqueued: good}
 
 	// Too big: refused at enqueue, nothing inserted.
-	var packet int
-	require.NoError(t, admin.NewRaw("SELECT @@max_allowed_packet").Scan(t.Context(), &packet))
+	packet := maxAllowedPacket(t, admin)
 	_, err := c.Enqueue(t.Context(), admin, relBigArgs{Blob: strings.Repeat("x", packet)}, &bunqueue.EnqueueOpts{Queue: queue})
 	require.ErrorContains(t, err, "max_allowed_packet")
 	require.Zero(t, count(t, admin, "SELECT COUNT(*) FROM bunqueue_jobs WHERE queue = ?", queue), "the oversized job was not inserted")
@@ -191,7 +190,7 @@ func relBadTable(t *testing.T, admin *bun.DB) {
 			return ctx.Err()
 		case hangSQLID:
 			hangs.Add(1)
-			_, err := db.NewRaw("SELECT SLEEP(30)").Exec(ctx)
+			_, err := db.NewRaw(dbtest.Sleep(30)).Exec(ctx)
 			return err
 		}
 		if poisoned[item] {
@@ -206,9 +205,12 @@ func relBadTable(t *testing.T, admin *bun.DB) {
 		mu.Lock()
 		causes[it.ID] = append(causes[it.ID], cause.Error())
 		mu.Unlock()
-		_, err := tx.NewUpdate().Model(it).Set("attempts = attempts + 1").
-			Set("status = IF(attempts >= 2, 'failed', status)").
-			Set("retry_at = UTC_TIMESTAMP(6) + INTERVAL 50000 MICROSECOND").WherePK().Exec(ctx)
+		// status first, from the old attempts: MySQL's SET sees the
+		// columns it already set, PostgreSQL's the row as it was.
+		_, err := tx.NewUpdate().Model(it).
+			Set("status = CASE WHEN attempts >= 1 THEN 'failed' ELSE status END").
+			Set("attempts = attempts + 1").
+			Set("retry_at = " + plusSQL(tx, 50*time.Millisecond)).WherePK().Exec(ctx)
 		return err
 	}
 	bad := poison + 2
@@ -257,6 +259,7 @@ type relMissingTable struct {
 // (refused, or a peer that never answers), a missing table, a queue
 // query with an SQL error, a model without a primary key.
 func relBadConfig(t *testing.T, admin *bun.DB) {
+	dbtest.OnlyMySQL(t, "the bad DSNs, and the silent peer, are the MySQL driver's")
 	rep := &relReport{Scenario: "bad input", Mode: "configuration"}
 	began := time.Now()
 	startWithin := func(db *bun.DB, within time.Duration, queues ...bunqueue.AnyQueue) error {

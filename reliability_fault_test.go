@@ -16,6 +16,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunqueue/bunqueue"
+	"github.com/bunqueue/bunqueue/internal/dbtest"
 	"github.com/bunqueue/bunqueue/internal/faultdriver"
 )
 
@@ -91,7 +92,7 @@ func relStepRules(w *relWorkload) []faultdriver.Rule {
 // retry after 50 ms by the database clock.
 func relRecordRetry(ctx context.Context, tx bun.Tx, it *relFaultItem, _ error) error {
 	_, err := tx.NewUpdate().Model(it).Set("attempts = attempts + 1").
-		Set("retry_at = UTC_TIMESTAMP(6) + INTERVAL 50000 MICROSECOND").WherePK().Exec(ctx)
+		Set("retry_at = " + plusSQL(tx, 50*time.Millisecond)).WherePK().Exec(ctx)
 	return err
 }
 
@@ -103,6 +104,7 @@ var errRelFlaky = errors.New("flaky external call (test)")
 // also fail in the handler, so that failures are recorded under faults
 // too.
 func TestReliabilityInjectedFaults(t *testing.T) {
+	dbtest.OnlyMySQL(t, "its clients go through internal/faultdriver, which wraps the MySQL driver")
 	relParallel(t)
 	admin := migrated(t, 0)
 	for _, mode := range []string{"table", "lock", "lease"} {
@@ -204,6 +206,7 @@ func relJobNs(t *testing.T, db *bun.DB, queue string) map[int64]int64 {
 // item in ten fails for good, so that each item must end in exactly one
 // terminal state: done once, or failed once.
 func TestReliabilityCommitOutcomeUnknown(t *testing.T) {
+	dbtest.OnlyMySQL(t, "its clients go through internal/faultdriver, which wraps the MySQL driver")
 	relParallel(t)
 	admin := migrated(t, 0)
 	for _, mode := range []string{"table", "lock", "lease"} {
@@ -362,6 +365,7 @@ func relCommitUnknown(t *testing.T, admin *bun.DB, mode string) {
 // both write their effect. The overlap detector must count the two runs, and the effects
 // count must see the effect twice.
 func TestReliabilityDetectorsCatchViolations(t *testing.T) {
+	dbtest.OnlyMySQL(t, "its clients go through internal/faultdriver, which wraps the MySQL driver")
 	relParallel(t)
 	admin := migrated(t, 0)
 	w := newRelWorkload(t, admin, "lease")

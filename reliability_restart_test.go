@@ -39,6 +39,7 @@ func relStartServer(t *testing.T) bool {
 }
 
 func TestReliabilityServerRestart(t *testing.T) {
+	dbtest.OnlyMySQL(t, "it restarts the MariaDB server")
 	if !relLong() {
 		t.Skipf("long part only (%s=1): it restarts the MariaDB server that every test and engineer here uses", relLongEnv)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunqueue/bunqueue"
+	"github.com/bunqueue/bunqueue/internal/dbtest"
 	"github.com/bunqueue/bunqueue/internal/faultdriver"
 )
 
@@ -37,8 +38,32 @@ func relServerKill(t *testing.T, admin *bun.DB, mode string) {
 	w := newRelWorkload(t, admin, mode)
 	w.work = 4 * time.Millisecond
 	w.connOf = mode != "lease"
+	// The clients' connections: the injector's, or on PostgreSQL (which
+	// it cannot wrap) the server's sessions of the clients' application
+	// name.
+	app := relToken(8)
 	for _, batch := range []int{1, 5} {
-		w.addClient(relFaultDB(t, in, 0), 4, batch, bunqueue.Config{}, nil)
+		if dbtest.IsPostgres() {
+			w.addClient(dbtest.OpenSession(t, 0, map[string]string{"application_name": app}), 4, batch, bunqueue.Config{}, nil)
+		} else {
+			w.addClient(relFaultDB(t, in, 0), 4, batch, bunqueue.Config{}, nil)
+		}
+	}
+	clientConns := func() []faultdriver.ConnInfo {
+		if !dbtest.IsPostgres() {
+			return in.Conns()
+		}
+		var conns []faultdriver.ConnInfo
+		rows, err := admin.QueryContext(t.Context(), "SELECT pid, xact_start IS NOT NULL FROM pg_stat_activity WHERE application_name = ?", app)
+		require.NoError(t, err)
+		defer rows.Close()
+		for rows.Next() {
+			var c faultdriver.ConnInfo
+			require.NoError(t, rows.Scan(&c.ID, &c.InTx))
+			conns = append(conns, c)
+		}
+		require.NoError(t, rows.Err())
+		return conns
 	}
 	rep := &relReport{Scenario: "server-side KILL of worker connections", Mode: w.modeName()}
 	began := time.Now()
@@ -60,7 +85,7 @@ func relServerKill(t *testing.T, admin *bun.DB, mode string) {
 			}
 		}
 		time.Sleep(interval/2 + rand.N(interval))
-		conns := in.Conns()
+		conns := clientConns()
 		var busy []faultdriver.ConnInfo
 		for _, c := range conns {
 			if c.InTx && killedAt[c.ID] == 0 {
@@ -79,7 +104,12 @@ func relServerKill(t *testing.T, admin *bun.DB, mode string) {
 			continue
 		}
 		sent := time.Now().UnixNano()
-		if _, err := admin.Exec(fmt.Sprintf("KILL CONNECTION %d", c.ID)); err != nil {
+		if dbtest.IsPostgres() {
+			var ended bool
+			if err := admin.NewRaw("SELECT pg_terminate_backend(?)", c.ID).Scan(t.Context(), &ended); err != nil || !ended {
+				continue // gone already
+			}
+		} else if _, err := admin.Exec(fmt.Sprintf("KILL CONNECTION %d", c.ID)); err != nil {
 			continue // gone already (1094 unknown thread id)
 		}
 		killedAt[c.ID] = sent

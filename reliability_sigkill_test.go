@@ -3,7 +3,6 @@ package bunqueue_test
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,7 +21,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect/mysqldialect"
 
 	"github.com/bunqueue/bunqueue"
 	"github.com/bunqueue/bunqueue/internal/dbtest"
@@ -88,13 +86,12 @@ func runRelWorkerProcess() int {
 		return 2
 	}
 	ev := &relEventFile{f: f}
-	sqldb, err := sql.Open("mysql", dbtest.DSN())
+	db, err := dbtest.OpenDB()
 	if err != nil {
 		log.Error("open", "error", err)
 		return 2
 	}
-	sqldb.SetMaxOpenConns(cfg.Workers + 4)
-	db := bun.NewDB(sqldb, mysqldialect.New())
+	db.SetMaxOpenConns(cfg.Workers + 4)
 	who := "pid " + strconv.Itoa(os.Getpid())
 	work := func(ctx context.Context) error {
 		return relSleep(ctx, rand.N(cfg.Work+1))

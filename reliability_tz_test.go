@@ -43,6 +43,7 @@ func TestReliabilityTimeZones(t *testing.T) {
 	if os.Getenv(relTZChildEnv) != "" {
 		t.Skip("in the child process")
 	}
+	dbtest.OnlyMySQL(t, "its clients go through internal/faultdriver, which wraps the MySQL driver")
 	relParallel(t)
 	exe, err := os.Executable()
 	require.NoError(t, err)

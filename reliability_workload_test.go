@@ -81,7 +81,7 @@ const relItemDDL = "CREATE TABLE IF NOT EXISTS bq_rel_item (id BIGINT AUTO_INCRE
 func relItemQuery(run string) bunqueue.QueryFunc {
 	return func(q *bun.SelectQuery) *bun.SelectQuery {
 		return q.Where("run = ?", run).Where("status = 'waiting'").
-			Where("retry_at IS NULL OR retry_at <= UTC_TIMESTAMP(6)").Order("id")
+			Where("retry_at IS NULL OR retry_at <= " + nowSQL(q)).Order("id")
 	}
 }
 
@@ -120,7 +120,8 @@ func (w *relWorkload) modeName() string {
 func (w *relWorkload) handlerRun(ctx context.Context, db bun.IDB, item int64, who string, done func() error) error {
 	var conn int64
 	if w.connOf {
-		if err := db.NewRaw("SELECT CONNECTION_ID()").Scan(ctx, &conn); err != nil {
+		var err error
+		if conn, err = dialectOf(db).SessionID(ctx, db); err != nil {
 			return err
 		}
 	}

@@ -97,7 +97,11 @@ func TestLockWaitTimeoutIsRetried(t *testing.T) {
 				// The first attempt has timed out: let the row go.
 				require.NoError(t, holder.Rollback())
 			}
-			if _, err := tx.ExecContext(ctx, "SET SESSION innodb_lock_wait_timeout = 1"); err != nil {
+			lockWait := "SET SESSION innodb_lock_wait_timeout = 1"
+			if isPG(tx) {
+				lockWait = "SET LOCAL lock_timeout = '1s'"
+			}
+			if _, err := tx.ExecContext(ctx, lockWait); err != nil {
 				return err
 			}
 			if _, err := tx.ExecContext(ctx, "UPDATE bq_test_lockwait_res SET n = n + 1 WHERE name = 'x'"); err != nil {

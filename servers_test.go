@@ -406,3 +406,58 @@ func TestServersStatsAndDashboard(t *testing.T) {
 		require.NotEmpty(t, data.Queues)
 	})
 }
+
+// The wake-up hook sees the app's writes on every server: a row inserted
+// by the app, and a job enqueued, start well before the poll would find
+// them.
+func TestServersWakeUp(t *testing.T) {
+	onServers(t, func(t *testing.T, srv dbtest.Server) {
+		db := srv.Open(t, 0)
+		require.NoError(t, bunqueue.Migrate(t.Context(), db))
+		srvTable(t, db, "bq_srv_wake", "id BIGINT NOT NULL PRIMARY KEY, status VARCHAR(16) NOT NULL DEFAULT 'waiting'", "status, id")
+		type item struct {
+			bun.BaseModel `bun:"table:bq_srv_wake"`
+			ID            int64 `bun:",pk"`
+			Status        string
+		}
+		started := make(chan time.Time, 10)
+		q := bunqueue.NewQueue("srv-wake", func(q *bun.SelectQuery) *bun.SelectQuery {
+			return q.Where("status = 'waiting'").Order("id")
+		}, func(ctx context.Context, tx bun.Tx, it *item) error {
+			started <- time.Now()
+			_, err := tx.NewUpdate().Model(it).Set("status = 'done'").WherePK().Exec(ctx)
+			return err
+		}, nil)
+		queue := jobQueue(t)
+		t.Cleanup(func() { deleteJobQueueRows(db, queue) })
+		const poll = time.Minute // the poll alone would take this long
+		c, err := bunqueue.NewClient(db, &bunqueue.Config{
+			PollInterval: poll, Logger: testLogger(t),
+			JobQueues: map[string]bunqueue.JobQueueConfig{queue: {}},
+		})
+		require.NoError(t, err)
+		require.NoError(t, c.Add(q))
+		require.NoError(t, bunqueue.AddWorker(c, bunqueue.WorkerFunc[srvJobArgs](func(ctx context.Context, _ bun.IDB, job *bunqueue.Job[srvJobArgs]) error {
+			started <- time.Now()
+			return nil
+		})))
+		db.AddQueryHook(c.QueryHook())
+		start(t, c)
+		time.Sleep(200 * time.Millisecond) // the feeds' first reads found nothing
+
+		within := func(what string) {
+			t.Helper()
+			select {
+			case <-started:
+			case <-time.After(poll / 2):
+				t.Fatalf("%s did not wake its queue", what)
+			}
+		}
+		_, err = db.NewInsert().Model(&item{ID: 1, Status: "waiting"}).Exec(t.Context())
+		require.NoError(t, err)
+		within("an INSERT into the queue's table")
+		_, err = c.Enqueue(t.Context(), db, srvJobArgs{N: 1}, &bunqueue.EnqueueOpts{Queue: queue})
+		require.NoError(t, err)
+		within("an Enqueue")
+	})
+}

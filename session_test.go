@@ -2,6 +2,7 @@ package bunqueue_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +26,10 @@ type sessionItem struct {
 func sessionIsolation(t *testing.T, conn bun.Conn) string {
 	t.Helper()
 	var level string
+	if isPG(conn) {
+		require.NoError(t, conn.QueryRowContext(t.Context(), "SELECT current_setting('default_transaction_isolation')").Scan(&level))
+		return pgLevel(level)
+	}
 	if err := conn.QueryRowContext(t.Context(), "SELECT @@SESSION.transaction_isolation").Scan(&level); err != nil {
 		require.NoError(t, conn.QueryRowContext(t.Context(), "SELECT @@SESSION.tx_isolation").Scan(&level))
 	}
@@ -38,6 +43,9 @@ func TestWorkerSessionsDoNotLeakIntoThePool(t *testing.T) {
 	t.Parallel()
 	const workers = 4
 	db := dbtest.Open(t, workers+4)
+	if isPG(db) { // sessions that default to another level than the workers'
+		db = dbtest.OpenSession(t, workers+4, map[string]string{"default_transaction_isolation": "repeatable read"})
+	}
 	createTable(t, db, "bq_test_session", "id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL DEFAULT 'waiting', INDEX (status, id)")
 	for id := 1; id <= 400; id++ {
 		dbtest.Exec(t, db, "INSERT INTO bq_test_session (id) VALUES ("+itoa(id)+")")
@@ -69,7 +77,12 @@ func TestWorkerSessionsDoNotLeakIntoThePool(t *testing.T) {
 		func(q *bun.SelectQuery) *bun.SelectQuery { return q.Where("status = 'waiting'").Order("id") },
 		func(ctx context.Context, tx bun.Tx, it *sessionItem) error {
 			var level string
-			if err := tx.NewRaw("SELECT @@SESSION.transaction_isolation").Scan(ctx, &level); err != nil {
+			if isPG(tx) {
+				if err := tx.NewRaw("SELECT current_setting('transaction_isolation')").Scan(ctx, &level); err != nil {
+					return err
+				}
+				level = pgLevel(level)
+			} else if err := tx.NewRaw("SELECT @@SESSION.transaction_isolation").Scan(ctx, &level); err != nil {
 				if err := tx.NewRaw("SELECT @@SESSION.tx_isolation").Scan(ctx, &level); err != nil {
 					return err
 				}
@@ -107,4 +120,10 @@ func TestWorkerSessionsDoNotLeakIntoThePool(t *testing.T) {
 	for _, level := range pool() {
 		require.Equal(t, before, level, "a pooled connection kept a worker's session setting after Stop")
 	}
+}
+
+// pgLevel writes a PostgreSQL isolation level as MySQL does:
+// "read committed" as READ-COMMITTED.
+func pgLevel(level string) string {
+	return strings.ToUpper(strings.ReplaceAll(level, " ", "-"))
 }

@@ -79,6 +79,7 @@ type startMyISAM struct {
 
 func TestStartRefusesAMyISAMTable(t *testing.T) {
 	t.Parallel()
+	dbtest.OnlyMySQL(t, "MyISAM is a MySQL storage engine")
 	db := dbtest.Open(t, 0)
 	startTestTable(t, db, "bq_test_start_myisam",
 		"CREATE TABLE bq_test_start_myisam (id BIGINT PRIMARY KEY, done BOOL NOT NULL DEFAULT FALSE, INDEX (done, id)) ENGINE=MyISAM")

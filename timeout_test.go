@@ -34,9 +34,14 @@ const timeoutColumns = "id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL DEFAU
 // list.
 const timeoutMarker = "bq_test_timeout_sleep"
 
-// sleeping counts this test's SLEEPs still running on the server.
-func sleeping(t *testing.T, db *bun.DB) int {
-	return count(t, db, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE ? AND INFO NOT LIKE '%PROCESSLIST%'", "%"+timeoutMarker+"%")
+// sleeping counts the statements marked with marker still running on
+// the server.
+func sleeping(t *testing.T, db *bun.DB, marker string) int {
+	q := "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE ? AND INFO NOT LIKE '%PROCESSLIST%'"
+	if dbtest.IsPostgres() {
+		q = "SELECT COUNT(*) FROM pg_stat_activity WHERE query LIKE ? AND query NOT LIKE '%pg_stat_activity%'"
+	}
+	return count(t, db, q, "%"+marker+"%")
 }
 
 // failures records OnError's causes by row.
@@ -81,7 +86,7 @@ func TestQueueTimeout(t *testing.T) {
 		}
 		switch it.ID {
 		case 2: // hangs in SQL
-			_, err := tx.ExecContext(ctx, "SELECT SLEEP(60) /* "+timeoutMarker+" */")
+			_, err := tx.ExecContext(ctx, dbtest.Sleep(60)+" /* "+timeoutMarker+" */")
 			return err
 		case 4: // waits for its context
 			<-ctx.Done()
@@ -117,7 +122,7 @@ func TestQueueTimeout(t *testing.T) {
 		require.Equal(t, want, r.Status, "row %d", r.ID)
 	}
 	require.Contains(t, failed.of(2)[0].Error(), "transaction was lost")
-	eventually(t, 5*time.Second, func() bool { return sleeping(t, db) == 0 }, "the hung statement's session was ended")
+	eventually(t, 5*time.Second, func() bool { return sleeping(t, db, timeoutMarker) == 0 }, "the hung statement's session was ended")
 }
 
 // Without OnError, a row whose handler timed out in SQL is released and
@@ -135,7 +140,7 @@ func TestProcessNextTimeoutInSQL(t *testing.T) {
 	q := bunqueue.NewQueue("timeout-pn", func(q *bun.SelectQuery) *bun.SelectQuery {
 		return q.Where("status = 'waiting'").Order("id")
 	}, func(ctx context.Context, tx bun.Tx, it *item) error {
-		_, err := tx.ExecContext(ctx, "SELECT SLEEP(60) /* "+timeoutMarker+" pn */")
+		_, err := tx.ExecContext(ctx, dbtest.Sleep(60)+" /* "+timeoutMarker+" pn */")
 		return err
 	}, &bunqueue.QueueConfig[item]{Timeout: 100 * time.Millisecond})
 	newClient(t, db, q)
@@ -147,7 +152,7 @@ func TestProcessNextTimeoutInSQL(t *testing.T) {
 	require.Positive(t, ie.Cooldown, "the row cools down")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	eventually(t, 5*time.Second, func() bool {
-		return count(t, db, "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE ? AND INFO NOT LIKE '%PROCESSLIST%'", "%"+timeoutMarker+" pn%") == 0
+		return sleeping(t, db, timeoutMarker+" pn") == 0
 	}, "the hung statement's session was ended")
 	eventually(t, 5*time.Second, func() bool { return len(relLocked(t, db, "SELECT id FROM bq_test_timeout_pn WHERE 1 = 1")) == 0 }, "the row is released")
 	require.Equal(t, "waiting", str(t, db, "SELECT status FROM bq_test_timeout_pn WHERE id = 1"))
@@ -179,7 +184,7 @@ func TestBatchQueueTimeout(t *testing.T) {
 		}
 		for _, id := range ids {
 			if id == 3 {
-				_, err := tx.ExecContext(ctx, "SELECT SLEEP(60) /* "+timeoutMarker+" batch */")
+				_, err := tx.ExecContext(ctx, dbtest.Sleep(60)+" /* "+timeoutMarker+" batch */")
 				return err
 			}
 		}
@@ -213,5 +218,5 @@ func TestBatchQueueTimeout(t *testing.T) {
 	mu.Lock()
 	require.Greater(t, len(calls[0]), 1, "the first call had the whole batch: %v", calls)
 	mu.Unlock()
-	eventually(t, 5*time.Second, func() bool { return sleeping(t, db) == 0 }, "the hung statement's session was ended")
+	eventually(t, 5*time.Second, func() bool { return sleeping(t, db, timeoutMarker) == 0 }, "the hung statement's session was ended")
 }

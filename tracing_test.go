@@ -334,10 +334,7 @@ func markDone[T any](ctx context.Context, tx bun.Tx, item *T) error {
 // id, the messaging.message.id of its process span.
 func insertTraced(t *testing.T, db bun.IDB, table, queue string, traceparent any) string {
 	t.Helper()
-	r, err := db.NewRaw("INSERT INTO ? (queue, traceparent) VALUES (?, ?)", bun.Ident(table), queue, traceparent).Exec(t.Context())
-	require.NoError(t, err)
-	id, err := r.LastInsertId()
-	require.NoError(t, err)
+	id := insertID(t, db, "INSERT INTO ? (queue, traceparent) VALUES (?, ?)", bun.Ident(table), queue, traceparent)
 	return strconv.FormatInt(id, 10)
 }
 
@@ -825,7 +822,7 @@ func TestTracingSQLSpansNestUnderProcessSpan(t *testing.T) {
 		proc := waitSpan(t, tel.spans, processOf(name, id), "process span")
 		requireNested(t, tel, proc, map[string]string{
 			"BEGIN":               `^BEGIN$`,
-			"the claim":           `^SELECT .*bq_test_trace_sql.*FOR UPDATE SKIP LOCKED`,
+			"the claim":           `^SELECT .*bq_test_trace_sql.*FOR (NO KEY )?UPDATE SKIP LOCKED`,
 			"the handler's write": `^UPDATE .*bq_test_trace_sql.* SET status = 'done'`,
 			"COMMIT":              `^COMMIT$`,
 		})
@@ -849,7 +846,7 @@ func TestTracingSQLSpansNestUnderProcessSpan(t *testing.T) {
 		proc := waitSpan(t, tel.spans, jobProcessOf(queue, id), "process span")
 		requireNested(t, tel, proc, map[string]string{
 			"BEGIN":              `^BEGIN$`,
-			"the claim":          `^SELECT .*bunqueue_jobs.*FOR UPDATE SKIP LOCKED`,
+			"the claim":          `^SELECT .*bunqueue_jobs.*FOR (NO KEY )?UPDATE SKIP LOCKED`,
 			"the worker's write": `^UPDATE bq_test_trace_sql_jobs SET n = n \+ 1`,
 			"the job's deletion": `^DELETE FROM bunqueue_jobs WHERE id = ` + id,
 			"COMMIT":             `^COMMIT$`,

@@ -46,6 +46,7 @@ type fixture struct {
 
 func setup(t *testing.T, failed int) *fixture {
 	t.Helper()
+	dbtest.OnlyMySQL(t, "the command-line tool and dashboard are MySQL-only for now")
 	db := dbtest.Open(t, 0)
 	require.NoError(t, bunqueue.Migrate(t.Context(), db))
 	table := "bq_test_dashboard"

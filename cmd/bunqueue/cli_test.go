@@ -56,6 +56,7 @@ func dsnFor(t *testing.T, database string) string {
 }
 
 func TestCLI(t *testing.T) {
+	dbtest.OnlyMySQL(t, "the command-line tool and dashboard are MySQL-only for now")
 	bin := buildBinary(t)
 	db := dbtest.Open(t, 4)
 	ctx := t.Context()

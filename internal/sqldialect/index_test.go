@@ -13,7 +13,7 @@ import (
 
 func TestPlanSuggestIndex(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Open(t, 0)
+	db := dbtest.OpenMySQL(t, 0)
 	const jobs = "SELECT `j`.`id` FROM `bunqueue_jobs` AS `j` WHERE (queue = 'default') AND (state = 0) AND (run_at <= UTC_TIMESTAMP(6)) ORDER BY `priority`, `run_at`, `id` LIMIT 100"
 	tests := []struct {
 		name  string
@@ -94,7 +94,7 @@ func TestPlanSuggestIndex(t *testing.T) {
 // it: created, it leaves nothing to warn about.
 func TestPlanSuggestIndexServesTheQuery(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Open(t, 0)
+	db := dbtest.OpenMySQL(t, 0)
 	for _, where := range []string{
 		"status = 'pending'",
 		"note = 'x'",
@@ -131,7 +131,7 @@ func TestPlanSuggestIndexServesTheQuery(t *testing.T) {
 // BY's.
 func TestPlanSuggestIndexFindsAServingIndex(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Open(t, 0)
+	db := dbtest.OpenMySQL(t, 0)
 	const where = "status = 'pending' AND note = 'x' AND retry_at <= UTC_TIMESTAMP(6)"
 	tests := []struct {
 		index  string

@@ -30,7 +30,7 @@ func probeTable(t *testing.T, db *bun.DB, engine string) string {
 
 func TestForPicksMySQL(t *testing.T) {
 	t.Parallel()
-	d, err := sqldialect.For(dbtest.Open(t, 0))
+	d, err := sqldialect.For(dbtest.OpenMySQL(t, 0))
 	require.NoError(t, err)
 	require.Equal(t, sqldialect.MySQL{}, d)
 	require.Equal(t, "UPDATE SKIP LOCKED", d.SkipLocked())
@@ -38,7 +38,7 @@ func TestForPicksMySQL(t *testing.T) {
 
 func TestProbePassesOnInnoDB(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Open(t, 0)
+	db := dbtest.OpenMySQL(t, 0)
 	table := probeTable(t, db, "InnoDB")
 
 	require.NoError(t, sqldialect.MySQL{}.Probe(t.Context(), db, table))
@@ -52,7 +52,7 @@ func TestProbePassesOnInnoDB(t *testing.T) {
 
 func TestProbeRefusesMyISAM(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Open(t, 0)
+	db := dbtest.OpenMySQL(t, 0)
 	table := probeTable(t, db, "MyISAM")
 
 	err := sqldialect.MySQL{}.Probe(t.Context(), db, table)
@@ -63,7 +63,7 @@ func TestProbeRefusesMyISAM(t *testing.T) {
 
 func TestProbeOnAMissingTable(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Open(t, 0)
+	db := dbtest.OpenMySQL(t, 0)
 	table := dbtest.Name("bq_test_probe_missing")
 	err := sqldialect.MySQL{}.Probe(t.Context(), db, table)
 	require.ErrorContains(t, err, "startup probe")
@@ -72,7 +72,7 @@ func TestProbeOnAMissingTable(t *testing.T) {
 
 func TestCheckServerPasses(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Open(t, 0)
+	db := dbtest.OpenMySQL(t, 0)
 	require.NoError(t, sqldialect.MySQL{}.CheckServer(t.Context(), db))
 
 	var engine string
@@ -83,7 +83,7 @@ func TestCheckServerPasses(t *testing.T) {
 
 func TestCheckTable(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Open(t, 0)
+	db := dbtest.OpenMySQL(t, 0)
 	var database string
 	require.NoError(t, db.QueryRow("SELECT DATABASE()").Scan(&database))
 
@@ -154,15 +154,15 @@ func TestRetryable(t *testing.T) {
 // returns.
 func TestRetryableOnRealServerErrors(t *testing.T) {
 	t.Parallel()
-	table := probeTable(t, dbtest.Open(t, 0), "InnoDB")
-	dbtest.Exec(t, dbtest.Open(t, 0), "INSERT INTO "+table+" (id) VALUES (1), (2)")
+	table := probeTable(t, dbtest.OpenMySQL(t, 0), "InnoDB")
+	dbtest.Exec(t, dbtest.OpenMySQL(t, 0), "INSERT INTO "+table+" (id) VALUES (1), (2)")
 
 	// setup returns two transactions, each on a connection of its own pool,
 	// and a function that locks row id of the table in one of them.
 	setup := func(t *testing.T) (a, b bun.Tx, lock func(tx bun.Tx, id int) error) {
 		t.Helper()
 		begin := func() bun.Tx {
-			tx, err := dbtest.Open(t, 1).BeginTx(t.Context(), &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+			tx, err := dbtest.OpenMySQL(t, 1).BeginTx(t.Context(), &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = tx.Rollback() })
 			return tx
@@ -220,7 +220,7 @@ func TestRetryableOnRealServerErrors(t *testing.T) {
 // must be enough.
 func TestCheckServerWithoutCreatePrivilege(t *testing.T) {
 	t.Parallel()
-	root := dbtest.Open(t, 0)
+	root := dbtest.OpenMySQL(t, 0)
 	require.NoError(t, sqldialect.MySQL{}.CheckServer(t.Context(), root), "as an administrator: creates the probe table")
 
 	var database string

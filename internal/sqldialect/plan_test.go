@@ -27,7 +27,7 @@ func planTable(t *testing.T, db *bun.DB, prefix, index string) string {
 // one with thousands of rows.
 func TestPlanExplain(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Open(t, 0)
+	db := dbtest.OpenMySQL(t, 0)
 	seed := planTable(t, db, "bq_test_plan_seed", "INDEX (status, retry_at)")
 	good := planTable(t, db, "bq_test_plan_good", "INDEX (status, id)")
 
@@ -78,7 +78,7 @@ func fill(t *testing.T, db *bun.DB, table string, n int) {
 // is an error.
 func TestPlanExplainStepsAndErrors(t *testing.T) {
 	t.Parallel()
-	db := dbtest.Open(t, 0)
+	db := dbtest.OpenMySQL(t, 0)
 	a := planTable(t, db, "bq_test_plan_steps", "INDEX (status, id)")
 	b := planTable(t, db, "bq_test_plan_steps", "INDEX (note)")
 

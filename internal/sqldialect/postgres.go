@@ -212,12 +212,32 @@ func (Postgres) SessionID(ctx context.Context, db bun.IDB) (int64, error) {
 
 // EndSession implements Dialect with pg_terminate_backend, which a role
 // may call on its own sessions (others need pg_signal_backend). The
-// backend exits, rolling back its transaction, a moment after it returns.
+// backend exits, rolling back its transaction, a moment after that
+// returns: EndSession waits for it to leave pg_stat_activity, up to
+// endSessionWait, so that its locks are gone when EndSession returns.
 // Ending a session that is already gone is not an error.
 func (Postgres) EndSession(ctx context.Context, db bun.IDB, id int64) error {
 	var ok bool // false, with a warning, when no backend has that id
-	return db.QueryRowContext(ctx, "SELECT pg_terminate_backend(?)", id).Scan(&ok)
+	if err := db.QueryRowContext(ctx, "SELECT pg_terminate_backend(?)", id).Scan(&ok); err != nil || !ok {
+		return err
+	}
+	deadline := time.Now().Add(endSessionWait)
+	for wait := time.Millisecond; time.Now().Before(deadline); wait = min(2*wait, 50*time.Millisecond) {
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = ?", id).Scan(&n); err != nil || n == 0 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+	return nil
 }
+
+// endSessionWait bounds how long EndSession waits for the backend to exit.
+const endSessionWait = 5 * time.Second
 
 // Local implements Dialect. Besides server errors (those with an
 // SQLSTATE), network and context errors, it counts every error of pgx's

@@ -153,10 +153,14 @@ func queryStrings(ctx context.Context, db bun.IDB, what, q string, args ...any) 
 }
 
 // insertReturningID is InsertID where the server has RETURNING: a skipped
-// row returns no row.
+// row returns no row. Through bun's Scan, not QueryRowContext: bun's query
+// hooks (Client.QueryHook wakes the queue) then see the statement after
+// its row was read and the statement ended, which, outside a transaction,
+// is after its commit (SQLite commits an INSERT … RETURNING only then).
+// insert is SQL with its values in it: no placeholders are left to fill.
 func insertReturningID(ctx context.Context, db bun.IDB, insert string) (int64, bool, error) {
 	var id int64
-	err := db.QueryRowContext(ctx, insert+" RETURNING id").Scan(&id)
+	err := db.NewRaw(insert+" RETURNING id").Scan(ctx, &id)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return 0, false, nil
