@@ -37,35 +37,20 @@ func (b *bench) backlogLarge(ctx context.Context) (result, error) {
 	return result{ItemsPerSec: st.rate, RSSKiB: st.rssKiB, Note: note}, nil
 }
 
-// historyLength returns InnoDB's history list length: the undo log records
-// purge has yet to process, among them the delete-marked index entries of
-// the rows the queues processed. ok is false where the server does not
-// report it.
-func historyLength(ctx context.Context, db bun.IDB) (n int64, ok bool) {
-	err := db.NewRaw("SELECT `count` FROM information_schema.innodb_metrics WHERE name = 'trx_rseg_history_len'").Scan(ctx, &n)
-	return n, err == nil
-}
-
-// historyNote describes how the history list length went from h0 to h1.
-func historyNote(h0 int64, ok0 bool, h1 int64, ok1 bool) string {
-	if !ok0 || !ok1 {
-		return "history list length not available"
-	}
-	return fmt.Sprintf("InnoDB history list length (undo logs not yet purged) %d as the window began, %d at its end", h0, h1)
-}
-
 // holdPurge opens a transaction with a consistent snapshot on a
 // connection of its own, as a long report or a backup would: until the
-// returned release is called, purge keeps every delete-marked index entry
-// made after it.
-func holdPurge(ctx context.Context, db *bun.DB) (release func(), err error) {
+// returned release is called, purge (InnoDB) or vacuum (PostgreSQL) keeps
+// every index entry and row version made obsolete after it.
+func (b *bench) holdPurge(ctx context.Context, db *bun.DB) (release func(), err error) {
 	conn, err := db.DB.Conn(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.ExecContext(ctx, "START TRANSACTION WITH CONSISTENT SNAPSHOT"); err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("open a read view: %w", err)
+	for _, stmt := range b.sql.snapshot() {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			_ = conn.Close()
+			return nil, fmt.Errorf("open a read view: %w", err)
+		}
 	}
 	var once sync.Once
 	return func() {
@@ -84,7 +69,7 @@ func holdPurge(ctx context.Context, db *bun.DB) (release func(), err error) {
 func (b *bench) runBurst(ctx context.Context, db *bun.DB, client *bunqueue.Client, done *atomic.Int64, n int, hold bool) (took time.Duration, short bool, release func(), err error) {
 	release = func() {}
 	if hold {
-		if release, err = holdPurge(ctx, db); err != nil {
+		if release, err = b.holdPurge(ctx, db); err != nil {
 			return 0, false, nil, err
 		}
 	}
@@ -122,7 +107,7 @@ func (b *bench) burstOnce(ctx context.Context, client *bunqueue.Client, done *at
 
 // burstNote describes the burst of n items (fullSize without --quick or
 // --burst).
-func burstNote(n, fullSize int, what string, took time.Duration, short bool, done int64, hold bool) string {
+func (b *bench) burstNote(n, fullSize int, what string, took time.Duration, short bool, done int64, hold bool) string {
 	s := fmt.Sprintf("after a burst of %d %s at BatchSize 50 (%.1f s, %.0f/s)", n, what, took.Seconds(), float64(done)/took.Seconds())
 	if short {
 		s += fmt.Sprintf(" CUT SHORT after %s at %d", burstLimit, done)
@@ -131,9 +116,9 @@ func burstNote(n, fullSize int, what string, took time.Duration, short bool, don
 		s += fmt.Sprintf(" [not %d: --quick or --burst]", fullSize)
 	}
 	if hold {
-		s += ", during which an open read view (as of a long report or backup) held back purge; released as the window began"
+		s += ", during which " + b.sql.heldBy() + " held back " + b.sql.cleaner() + "; released as the window began"
 	} else {
-		s += ", purge free to run"
+		s += ", " + b.sql.cleaner() + " free to run"
 	}
 	return s
 }
@@ -150,7 +135,7 @@ func (b *bench) postBurstTable(ctx context.Context) (result, error) {
 	defer db.Close()
 	defer dropTables(db, itemsTable)
 	m := b.backlog(3)
-	if _, err := createItems(ctx, db, b.burst+m); err != nil {
+	if _, err := b.createItems(ctx, db, b.burst+m); err != nil {
 		return result{}, err
 	}
 
@@ -159,7 +144,7 @@ func (b *bench) postBurstTable(ctx context.Context) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	if err := c1.Add(itemsQueue(&burstDone, &bunqueue.QueueConfig[benchItem]{Workers: workers, BatchSize: 50})); err != nil {
+	if err := c1.Add(b.itemsQueue(&burstDone, &bunqueue.QueueConfig[benchItem]{Workers: workers, BatchSize: 50})); err != nil {
 		return result{}, err
 	}
 	took, short, _, err := b.runBurst(ctx, db, c1, &burstDone, b.burst, false)
@@ -172,19 +157,19 @@ func (b *bench) postBurstTable(ctx context.Context) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	if err := c2.Add(itemsQueue(&done, &bunqueue.QueueConfig[benchItem]{Workers: workers, BatchSize: 1})); err != nil {
+	if err := c2.Add(b.itemsQueue(&done, &bunqueue.QueueConfig[benchItem]{Workers: workers, BatchSize: 1})); err != nil {
 		return result{}, err
 	}
-	h0, ok0 := historyLength(ctx, db)
+	h0, ok0 := b.sql.garbage(ctx, db, itemsTable)
 	w, err := b.runClientWith(ctx, c2, &done, db, b.measureNow)
 	if err != nil {
 		return result{}, err
 	}
-	h1, ok1 := historyLength(ctx, db)
+	h1, ok1 := b.sql.garbage(ctx, db, itemsTable)
 	left := m - int(burstDone.Load()-int64(b.burst))
 	note := fmt.Sprintf("BatchSize 1, no warm-up, %s; first second %.0f/s; %s; %s",
-		burstNote(b.burst, burstFull, "rows", took, short, burstDone.Load(), false), w.first,
-		historyNote(h0, ok0, h1, ok1), backlogNote(left, "rows behind the burst", w.end >= int64(left)))
+		b.burstNote(b.burst, burstFull, "rows", took, short, burstDone.Load(), false), w.first,
+		b.sql.garbageNote(itemsTable, h0, h1, ok0 && ok1), backlogNote(left, "rows behind the burst", w.end >= int64(left)))
 	note += b.versus(w.rate, "of", "", "table-b1")
 	return result{ItemsPerSec: w.rate, RSSKiB: w.rssKiB, Note: note}, nil
 }
@@ -231,17 +216,17 @@ func (b *bench) postBurstJobs(ctx context.Context, n, fullSize int, hold bool) (
 	if err := bunqueue.AddWorker(c2, countingWorker(&done)); err != nil {
 		return result{}, err
 	}
-	h0, ok0 := historyLength(ctx, db)
+	h0, ok0 := b.sql.garbage(ctx, db, jobsTable)
 	release() // purge may start now, while the window runs
 	w, err := b.runClientWith(ctx, c2, &done, db, b.measureNow)
 	if err != nil {
 		return result{}, err
 	}
-	h1, ok1 := historyLength(ctx, db)
+	h1, ok1 := b.sql.garbage(ctx, db, jobsTable)
 	left := m - int(burstDone.Load()-int64(n))
 	note := fmt.Sprintf("lock mode, BatchSize 1, no warm-up, %s; first second %.0f/s; %s; %s",
-		burstNote(n, fullSize, "jobs (deleted as they completed)", took, short, burstDone.Load(), hold), w.first,
-		historyNote(h0, ok0, h1, ok1), backlogNote(left, "jobs behind the burst", w.end >= int64(left)))
+		b.burstNote(n, fullSize, "jobs (deleted as they completed)", took, short, burstDone.Load(), hold), w.first,
+		b.sql.garbageNote(jobsTable, h0, h1, ok0 && ok1), backlogNote(left, "jobs behind the burst", w.end >= int64(left)))
 	note += b.versus(w.rate, "of", "", "jobs-lock-b1")
 	return result{ItemsPerSec: w.rate, RSSKiB: w.rssKiB, Note: note}, nil
 }

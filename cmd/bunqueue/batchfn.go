@@ -29,11 +29,11 @@ func (b *bench) tableBatchFn(ctx context.Context, batch int, factor float64) (re
 	}
 	defer db.Close()
 	defer dropTables(db, itemsTable)
-	if _, err := createItems(ctx, db, n); err != nil {
+	if _, err := b.createItems(ctx, db, n); err != nil {
 		return result{}, err
 	}
 	var done atomic.Int64
-	q := bunqueue.NewBatchQueue(itemsTable, itemsQuery,
+	q := bunqueue.NewBatchQueue(itemsTable, b.itemsQuery,
 		func(ctx context.Context, tx bun.Tx, items []benchItem) error {
 			ids := make([]int64, len(items))
 			for i := range items {

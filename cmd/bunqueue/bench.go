@@ -3,9 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
-	"database/sql"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,22 +17,28 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect/mysqldialect"
+
+	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
 
 // benchLock is the server's named lock a bench run holds, so that two runs
 // against one database do not drop each other's tables.
 const benchLock = "bunqueue_bench"
 
+// benchLockWait is how long a bench run waits for benchLock (a variable
+// for the tests).
+var benchLockWait = 10 * time.Second
+
 // bench is one run of the bench command: its settings and what it
 // measured so far.
 type bench struct {
 	dsn      string
-	duration time.Duration // the measured window of each scenario
-	warmup   time.Duration // run before the window, not measured
-	log      *slog.Logger  // the clients' logger: warnings and errors to stderr
+	sql      benchSQL           // what differs between servers, from the DSN
+	dialect  sqldialect.Dialect // the engine's SQL for the server
+	duration time.Duration      // the measured window of each scenario
+	warmup   time.Duration      // run before the window, not measured
+	log      *slog.Logger       // the clients' logger: warnings and errors to stderr
 	progress io.Writer
 
 	large int // rows of the large-backlog scenarios (backlog-1m, memory-1m)
@@ -77,7 +81,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	quick := fs.Bool("quick", false, "short run: 3 s per scenario and smaller bursts, about two minutes in all")
-	dsnFlag := fs.String("dsn", "", "MySQL/MariaDB DSN, not PostgreSQL's (default: $BUNQUEUE_MYSQL_DSN, else "+defaultDSN+")")
+	dsnFlag := fs.String("dsn", "", "MySQL/MariaDB DSN, or a postgres:// URL for PostgreSQL (default: $BUNQUEUE_MYSQL_DSN, else "+defaultDSN+")")
 	asJSON := fs.Bool("json", false, "print the results as JSON instead of a table")
 	duration := fs.Duration("duration", 0, "measured time of each scenario (default 3s with --quick, 15s without)")
 	only := fs.String("only", "", "comma-separated scenario names or name prefixes to run (default all; a scenario's\n"+
@@ -99,21 +103,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
-	if dsn := dsnFrom(*dsnFlag); isPostgresDSN(dsn) {
-		fmt.Fprintf(stderr, "bench: the DSN (%s) names a PostgreSQL server, and the bench runs on MySQL 8 and MariaDB only "+
-			"(its scenarios use MySQL's SQL); give it a MySQL DSN, such as %s\n", dsnSource(*dsnFlag), defaultDSN)
-		return exitUsage
-	}
-	b := &bench{
-		dsn:      dsnFrom(*dsnFlag),
-		duration: 15 * time.Second,
-		log:      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		progress: stderr,
-		large:    largeFull,
-		burst:    burstFull,
-		ceiling:  map[int]float64{},
-		results:  map[string]result{},
-	}
+	b := newBench(dsnFrom(*dsnFlag), stderr)
+	b.duration = 15 * time.Second
+	b.progress = stderr
+	b.large = largeFull
+	b.burst = burstFull
 	if *quick {
 		b.duration = 3 * time.Second
 		b.burst = burstQuick
@@ -154,6 +148,21 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	printTable(stdout, rep)
 	return exitOK
+}
+
+// newBench returns a bench of the server dsn names, whose clients log
+// their warnings and errors to stderr.
+func newBench(dsn string, stderr io.Writer) *bench {
+	server := benchSQLFor(dsn)
+	return &bench{
+		dsn:      dsn,
+		sql:      server,
+		dialect:  server.dialect(),
+		log:      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		progress: io.Discard,
+		ceiling:  map[int]float64{},
+		results:  map[string]result{},
+	}
 }
 
 // selectScenarios returns the scenarios whose names start with one of the
@@ -221,24 +230,21 @@ func (b *bench) run(ctx context.Context, selected []scenario) (*report, error) {
 		BurstRows:  b.burst,
 		StartedUTC: time.Now().UTC().Format(time.RFC3339),
 	}
-	if err := admin.NewRaw("SELECT VERSION()").Scan(ctx, &rep.Server); err != nil {
+	if err := admin.NewRaw(b.sql.version()).Scan(ctx, &rep.Server); err != nil {
 		return nil, fmt.Errorf("read the server version: %w", err)
 	}
 
 	// The named lock belongs to one connection: hold that one for the run.
-	lockConn, err := admin.DB.Conn(ctx)
+	lockConn, err := admin.Conn(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("open a connection: %w", err)
 	}
 	defer lockConn.Close()
-	var got sql.NullInt64
-	if err := lockConn.QueryRowContext(ctx, "SELECT GET_LOCK('"+benchLock+"', 10)").Scan(&got); err != nil {
-		return nil, fmt.Errorf("take the server lock %q: %w", benchLock, err)
+	unlock, err := b.dialect.Lock(ctx, lockConn, benchLock, benchLockWait)
+	if err != nil {
+		return nil, fmt.Errorf("%w: is another bunqueue bench running against this database? wait for it to finish", err)
 	}
-	if got.Int64 != 1 {
-		return nil, errors.New("another bunqueue bench is running against this database (it holds the server lock " + strconv.Quote(benchLock) + "); wait for it to finish")
-	}
-	defer func() { _, _ = lockConn.ExecContext(context.WithoutCancel(ctx), "DO RELEASE_LOCK('"+benchLock+"')") }()
+	defer func() { _ = unlock() }()
 
 	total := time.Duration(len(selected)) * (b.duration + b.warmup)
 	fmt.Fprintf(b.progress, "bunqueue bench: %d scenarios, %s measured each after %s of warm-up (about %s plus set-up, fills and bursts), server %s\n",
@@ -299,28 +305,21 @@ func (b *bench) adjacentCeiling(ctx context.Context, n int) (float64, error) {
 // open returns a *bun.DB with a pool of at most maxConns connections, and
 // checks that the server answers.
 func (b *bench) open(ctx context.Context, maxConns int) (*bun.DB, error) {
-	cfg, err := mysql.ParseDSN(b.dsn)
-	if err != nil {
-		return nil, fmt.Errorf("the DSN is not valid (--dsn or BUNQUEUE_MYSQL_DSN): %w", err)
-	}
-	if !cfg.ParseTime {
-		return nil, errors.New("the DSN must contain parseTime=true (and loc=UTC), as bunqueue needs")
-	}
-	sqldb, err := sql.Open("mysql", b.dsn)
+	sqldb, where, err := b.sql.open(b.dsn)
 	if err != nil {
 		return nil, err
 	}
 	sqldb.SetMaxOpenConns(maxConns)
 	sqldb.SetMaxIdleConns(maxConns)
-	// Ping before mysqldialect.New, which logs its own complaint when the
-	// server does not answer.
+	// Ping before making bun's dialect, which may log its own complaint
+	// when the server does not answer.
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := sqldb.PingContext(pingCtx); err != nil {
 		_ = sqldb.Close()
-		return nil, fmt.Errorf("cannot reach the database %s at %s as %s (set --dsn or BUNQUEUE_MYSQL_DSN): %w", cfg.DBName, cfg.Addr, cfg.User, err)
+		return nil, fmt.Errorf("cannot reach %s (set --dsn or BUNQUEUE_MYSQL_DSN): %w", where, err)
 	}
-	return bun.NewDB(sqldb, mysqldialect.New()), nil
+	return bun.NewDB(sqldb, b.sql.bunDialect()), nil
 }
 
 // window is what measure saw.

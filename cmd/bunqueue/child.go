@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -57,15 +56,8 @@ func runChild(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if code := parseFlags(fs, args[1:]); code >= 0 {
 		return code
 	}
-	b := &bench{
-		dsn:      dsnFrom(""),
-		duration: *duration,
-		warmup:   *warmup,
-		log:      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		progress: io.Discard,
-		ceiling:  map[int]float64{},
-		results:  map[string]result{},
-	}
+	b := newBench(dsnFrom(""), stderr)
+	b.duration, b.warmup = *duration, *warmup
 	var rep childReport
 	var err error
 	switch args[0] {
@@ -103,7 +95,7 @@ func (b *bench) childMemory(ctx context.Context, batch int) (childReport, error)
 	if err != nil {
 		return childReport{}, err
 	}
-	if err := client.Add(itemsQueue(&done, &bunqueue.QueueConfig[benchItem]{Workers: workers, BatchSize: batch})); err != nil {
+	if err := client.Add(b.itemsQueue(&done, &bunqueue.QueueConfig[benchItem]{Workers: workers, BatchSize: batch})); err != nil {
 		return childReport{}, err
 	}
 	began := time.Now()
@@ -208,7 +200,7 @@ func (b *bench) memory(ctx context.Context, rows int) (result, error) {
 	}
 	defer db.Close()
 	defer dropTables(db, itemsTable)
-	if _, err := createItems(ctx, db, rows); err != nil {
+	if _, err := b.createItems(ctx, db, rows); err != nil {
 		return result{}, err
 	}
 	p, err := b.startChild(ctx, "memory", "--batch", "50", "--warmup", b.warmup.String(), "--duration", b.duration.String())

@@ -112,18 +112,6 @@ func TestPostgres(t *testing.T) {
 		require.Equal(t, bunqueue.MigrationSQL(), stdout, "no DSN: MySQL's, as before")
 	})
 
-	t.Run("bench refuses PostgreSQL", func(t *testing.T) {
-		stdout, stderr, code := runPG(t, nil, bin, "bench", "--dsn", dbtest.PGDSN(), "--duration", "100ms", "--only", "ceiling")
-		require.Equal(t, exitUsage, code, stderr)
-		require.Empty(t, stdout)
-		require.Contains(t, stderr, "PostgreSQL")
-		require.Contains(t, stderr, "MySQL")
-
-		_, stderr, code = runPG(t, []string{"BUNQUEUE_MYSQL_DSN=" + dbtest.PGDSN()}, bin, "bench")
-		require.Equal(t, exitUsage, code, stderr)
-		require.Contains(t, stderr, "from BUNQUEUE_MYSQL_DSN")
-	})
-
 	t.Run("connection errors say what and where", func(t *testing.T) {
 		_, stderr, code := runPG(t, nil, bin, "stats", "--dsn", pgDSN(t, func(u *url.URL) { u.Host = "127.0.0.1:1" }))
 		require.Equal(t, exitError, code)

@@ -237,8 +237,7 @@ func (b *bench) commitCeiling(ctx context.Context, n int) (result, error) {
 	defer db.Close()
 	const table, perConn = "bench_ceiling", 64
 	defer dropTables(db, table)
-	if err := execAll(ctx, db, "DROP TABLE IF EXISTS "+table,
-		"CREATE TABLE "+table+" (id BIGINT NOT NULL PRIMARY KEY, n BIGINT NOT NULL DEFAULT 0) ENGINE=InnoDB"); err != nil {
+	if err := execAll(ctx, db, append([]string{"DROP TABLE IF EXISTS " + table}, b.sql.counterTable(table)...)...); err != nil {
 		return result{}, err
 	}
 	var ids []string
@@ -282,13 +281,8 @@ func (b *bench) seedBaseline(ctx context.Context) (result, error) {
 	defer db.Close()
 	const table = "bench_seed"
 	defer dropTables(db, table)
-	if err := execAll(ctx, db, "DROP TABLE IF EXISTS "+table,
-		`CREATE TABLE `+table+` (
-	id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-	status VARCHAR(16) NOT NULL,
-	retry_at DATETIME(6) NULL,
-	INDEX (status, retry_at)
-) ENGINE=InnoDB`); err != nil {
+	if err := execAll(ctx, db, append([]string{"DROP TABLE IF EXISTS " + table},
+		b.sql.queueTable(table, table+"_status", "status, retry_at")...)...); err != nil {
 		return result{}, err
 	}
 	n := b.backlog(1.5)
@@ -296,15 +290,16 @@ func (b *bench) seedBaseline(ctx context.Context) (result, error) {
 		return result{}, err
 	}
 	var dry atomic.Bool
+	claim := "SELECT id FROM " + table +
+		" WHERE status = 'waiting' AND (retry_at IS NULL OR retry_at <= " + b.dialect.Now() + ")" +
+		" ORDER BY id LIMIT 1 FOR " + b.dialect.SkipLocked()
 	l := startLoops(ctx, db, workers, func(ctx context.Context, conn *sql.Conn, _, _ int) (int, error) {
 		tx, err := conn.BeginTx(ctx, nil)
 		if err != nil {
 			return 0, err
 		}
 		var id int64
-		err = tx.QueryRowContext(ctx, "SELECT id FROM "+table+
-			" WHERE status = 'waiting' AND (retry_at IS NULL OR retry_at <= UTC_TIMESTAMP(6))"+
-			" ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED").Scan(&id)
+		err = tx.QueryRowContext(ctx, claim).Scan(&id)
 		if errors.Is(err, sql.ErrNoRows) {
 			dry.Store(true)
 			return 0, tx.Rollback()
@@ -357,14 +352,9 @@ type benchItem struct {
 // createItems creates bench_items, with an index that serves the queue's
 // query (README "Index advice"), and fills it with n waiting rows. It
 // returns how long the fill took.
-func createItems(ctx context.Context, db *bun.DB, n int) (time.Duration, error) {
-	if err := execAll(ctx, db, "DROP TABLE IF EXISTS "+itemsTable,
-		`CREATE TABLE `+itemsTable+` (
-	id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
-	status VARCHAR(16) NOT NULL,
-	retry_at DATETIME(6) NULL,
-	INDEX bench_items_queue (status, id, retry_at)
-) ENGINE=InnoDB`); err != nil {
+func (b *bench) createItems(ctx context.Context, db *bun.DB, n int) (time.Duration, error) {
+	if err := execAll(ctx, db, append([]string{"DROP TABLE IF EXISTS " + itemsTable},
+		b.sql.queueTable(itemsTable, "bench_items_queue", "status, id, retry_at")...)...); err != nil {
 		return 0, err
 	}
 	began := time.Now()
@@ -377,9 +367,9 @@ const itemsTable = "bench_items"
 
 // itemsQuery is the any-table scenarios' queue: the waiting rows, oldest
 // first.
-func itemsQuery(q *bun.SelectQuery) *bun.SelectQuery {
+func (b *bench) itemsQuery(q *bun.SelectQuery) *bun.SelectQuery {
 	return q.Where("status = 'waiting'").
-		Where("retry_at IS NULL OR retry_at <= UTC_TIMESTAMP(6)").
+		Where("retry_at IS NULL OR retry_at <= " + b.dialect.Now()).
 		Order("id")
 }
 
@@ -419,8 +409,8 @@ func (p *poolWatch) end() int {
 
 // itemsQueue returns the any-table scenarios' queue over bench_items: the
 // handler marks its row sent, one UPDATE by primary key. cfg may be nil.
-func itemsQueue(done *atomic.Int64, cfg *bunqueue.QueueConfig[benchItem]) *bunqueue.Queue[benchItem] {
-	return bunqueue.NewQueue(itemsTable, itemsQuery,
+func (b *bench) itemsQueue(done *atomic.Int64, cfg *bunqueue.QueueConfig[benchItem]) *bunqueue.Queue[benchItem] {
+	return bunqueue.NewQueue(itemsTable, b.itemsQuery,
 		func(ctx context.Context, tx bun.Tx, item *benchItem) error {
 			_, err := tx.NewUpdate().Model(item).Set("status = 'sent'").WherePK().Exec(ctx)
 			if err == nil {
@@ -458,7 +448,7 @@ func (b *bench) runTable(ctx context.Context, run tableRun) (tableStats, error) 
 	}
 	defer db.Close()
 	defer dropTables(db, itemsTable)
-	fill, err := createItems(ctx, db, run.rows)
+	fill, err := b.createItems(ctx, db, run.rows)
 	if err != nil {
 		return tableStats{}, err
 	}
@@ -471,7 +461,7 @@ func (b *bench) runTable(ctx context.Context, run tableRun) (tableStats, error) 
 	if err != nil {
 		return tableStats{}, err
 	}
-	if err := client.Add(itemsQueue(&done, run.cfg)); err != nil {
+	if err := client.Add(b.itemsQueue(&done, run.cfg)); err != nil {
 		return tableStats{}, err
 	}
 	w, err := b.runClient(ctx, client, &done, db)
@@ -524,6 +514,12 @@ type benchJob struct {
 // Kind implements bunqueue.JobArgs.
 func (benchJob) Kind() string { return "bunqueue_bench" }
 
+// jobsTable and failedTable are the jobs tables bunqueue.Migrate creates.
+const (
+	jobsTable   = "bunqueue_jobs"
+	failedTable = "bunqueue_failed_jobs"
+)
+
 // jobsClient returns a client of db that runs the jobs queue named queue
 // with cfg, and a cleanup that deletes the queue's jobs.
 func (b *bench) jobsClient(ctx context.Context, db *bun.DB, queue string, cfg bunqueue.JobQueueConfig) (*bunqueue.Client, func(), error) {
@@ -536,13 +532,10 @@ func (b *bench) jobsClient(ctx context.Context, db *bun.DB, queue string, cfg bu
 		// In chunks: one DELETE of a million jobs would hold a million
 		// row locks, more than a default 128 MiB buffer pool can keep
 		// (MariaDB aborts).
-		for _, t := range []string{"bunqueue_jobs", "bunqueue_failed_jobs"} {
+		for _, t := range []string{jobsTable, failedTable} {
 			for {
-				res, err := db.NewRaw("DELETE FROM ? WHERE queue = ? LIMIT 5000", bun.Ident(t), queue).Exec(ctx)
-				if err != nil {
-					break
-				}
-				if n, _ := res.RowsAffected(); n < 5000 {
+				n, err := b.sql.deleteChunk(ctx, db, t, queue, 5000)
+				if err != nil || n < 5000 {
 					break
 				}
 			}
