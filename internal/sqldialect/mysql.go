@@ -72,48 +72,13 @@ func (MySQL) Probe(ctx context.Context, db *bun.DB, table string) error {
 	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
 		return fmt.Errorf("bunqueue: startup probe: %w", err)
 	}
-	needs := "bunqueue needs a server that skips locked rows (MySQL 8.0.1+ or MariaDB 10.6+, InnoDB tables)"
-
-	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	failed := func(err error) error {
-		if pctx.Err() != nil && ctx.Err() == nil {
-			return fmt.Errorf("bunqueue: startup probe: no connection or no lock on %s within %s (is the connection pool busy, or another session holding the probe row?): %w", table, probeTimeout, err)
-		}
-		return fmt.Errorf("bunqueue: startup probe: %w", err)
-	}
-	holder, err := db.BeginTx(pctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return failed(err)
-	}
-	defer func() { _ = holder.Rollback() }()
-	var id int
-	if err := holder.QueryRowContext(pctx, "SELECT id FROM "+table+" WHERE id = 1 FOR UPDATE").Scan(&id); err != nil {
-		return failed(err)
-	}
-	other, err := db.BeginTx(pctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return failed(err)
-	}
-	defer func() { _ = other.Rollback() }()
-
-	wctx, wcancel := context.WithTimeout(pctx, probeWait)
-	defer wcancel()
-	err = other.QueryRowContext(wctx, "SELECT id FROM "+table+" ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED").Scan(&id)
-	var me *mysql.MySQLError
-	switch {
-	case errors.As(err, &me) && me.Number == 1064:
-		return fmt.Errorf("bunqueue: server %s does not understand SKIP LOCKED; %s: %w", version, needs, err)
-	case wctx.Err() != nil && pctx.Err() == nil:
-		return fmt.Errorf("bunqueue: server %s waited for a locked row instead of skipping it; %s", version, needs)
-	case errors.Is(err, sql.ErrNoRows):
-		return fmt.Errorf("bunqueue: server %s skipped unlocked rows in the startup probe; %s", version, needs)
-	case err != nil:
-		return failed(err)
-	case id != 2:
-		return fmt.Errorf("bunqueue: server %s returned a row another transaction had locked: it ignores SKIP LOCKED; %s", version, needs)
-	}
-	return nil
+	return probeSkipLocked(ctx, db, skipLockedProbe{
+		table:   table,
+		server:  version,
+		needs:   "bunqueue needs a server that skips locked rows (MySQL 8.0.1+ or MariaDB 10.6+, InnoDB tables)",
+		read:    "SELECT id FROM " + table + " ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED",
+		unknown: func(err error) bool { var me *mysql.MySQLError; return errors.As(err, &me) && me.Number == 1064 },
+	})
 }
 
 // CheckTable implements Dialect.

@@ -102,50 +102,17 @@ func (d Postgres) Probe(ctx context.Context, db *bun.DB, table string) error {
 	}
 	version = "PostgreSQL " + version
 
-	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	failed := func(err error) error {
-		if pctx.Err() != nil && ctx.Err() == nil {
-			return fmt.Errorf("bunqueue: startup probe: no connection or no lock on %s within %s (is the connection pool busy, or another session holding the probe row?): %w", table, probeTimeout, err)
-		}
-		return fmt.Errorf("bunqueue: startup probe: %w", err)
-	}
-	holder, err := db.BeginTx(pctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return failed(err)
-	}
-	defer func() { _ = holder.Rollback() }()
-	var id int
-	if err := holder.QueryRowContext(pctx, "SELECT id FROM "+table+" WHERE id = 1 FOR UPDATE").Scan(&id); err != nil {
-		return failed(err)
-	}
-	other, err := db.BeginTx(pctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	if err != nil {
-		return failed(err)
-	}
-	defer func() { _ = other.Rollback() }() // before holder's: a concurrent probe's holder then finds row 2 free
-	// The server, too, bounds the wait: bun's pgdriver leaves the
-	// statement running on the server when the context ends.
-	if _, err := other.ExecContext(pctx, "SET LOCAL lock_timeout = ?", fmt.Sprintf("%dms", probeWait.Milliseconds())); err != nil {
-		return failed(err)
-	}
-
-	wctx, wcancel := context.WithTimeout(pctx, probeWait+time.Second)
-	defer wcancel()
-	err = other.QueryRowContext(wctx, "SELECT id FROM "+table+" ORDER BY id LIMIT 1 FOR "+d.SkipLocked()).Scan(&id)
-	switch {
-	case sqlState(err) == "42601": // syntax_error
-		return fmt.Errorf("bunqueue: server %s does not understand SKIP LOCKED; %s: %w", version, pgNeeds, err)
-	case sqlState(err) == "55P03", wctx.Err() != nil && pctx.Err() == nil:
-		return fmt.Errorf("bunqueue: server %s waited for a locked row instead of skipping it; %s", version, pgNeeds)
-	case errors.Is(err, sql.ErrNoRows):
-		return fmt.Errorf("bunqueue: server %s skipped unlocked rows in the startup probe; %s", version, pgNeeds)
-	case err != nil:
-		return failed(err)
-	case id != 2:
-		return fmt.Errorf("bunqueue: server %s returned a row another transaction had locked: it ignores SKIP LOCKED; %s", version, pgNeeds)
-	}
-	return nil
+	return probeSkipLocked(ctx, db, skipLockedProbe{
+		table:  table,
+		server: version,
+		needs:  pgNeeds,
+		read:   "SELECT id FROM " + table + " ORDER BY id LIMIT 1 FOR " + d.SkipLocked(),
+		// The server, too, bounds the wait: bun's pgdriver leaves the
+		// statement running on the server when the context ends.
+		prepare: "SET LOCAL lock_timeout = '" + fmt.Sprintf("%dms", probeWait.Milliseconds()) + "'",
+		unknown: func(err error) bool { return sqlState(err) == "42601" }, // syntax_error
+		waited:  func(err error) bool { return sqlState(err) == "55P03" }, // lock_not_available
+	})
 }
 
 // regclass returns the name of the table as to_regclass reads it: quoted,
