@@ -32,6 +32,15 @@ func relIsOp(op faultdriver.Op) func(faultdriver.Stmt) bool {
 	return func(s faultdriver.Stmt) bool { return s.Op == op }
 }
 
+// relQuoted is name as bun quotes an identifier on the server the tests
+// run on.
+func relQuoted(name string) string {
+	if dbtest.IsPostgres() {
+		return `"` + name + `"`
+	}
+	return "`" + name + "`"
+}
+
 func relPrefix(ops []faultdriver.Op, prefixes ...string) func(faultdriver.Stmt) bool {
 	return func(s faultdriver.Stmt) bool {
 		if !faultdriver.Contains(ops)(s) {
@@ -57,7 +66,7 @@ func relStepRules(w *relWorkload) []faultdriver.Rule {
 		{Step: "commit", Match: relIsOp(faultdriver.OpCommit), Faults: []faultdriver.Fault{faultdriver.Deadlock, faultdriver.DropBefore, faultdriver.DropAfter}, Every: 12},
 		{Step: "read", Match: faultdriver.Contains(relOpQuery, "bunqueue: read"), Faults: all, Every: 8},
 		{Step: "claim", Match: faultdriver.Contains(relOpQuery, "SKIP LOCKED"), Faults: all, Every: 12},
-		{Step: "handler write", Match: faultdriver.Contains(relOpExec, "INSERT INTO `"+w.effects+"`"), Faults: all, Every: 16},
+		{Step: "handler write", Match: faultdriver.Contains(relOpExec, "INSERT INTO "+relQuoted(w.effects)), Faults: all, Every: 16},
 	}
 	if w.mode != "lease" { // lease mode holds no transaction while a job runs
 		rules = append(rules, faultdriver.Rule{Step: "savepoint", Match: relPrefix(relOpExec, "SAVEPOINT", "ROLLBACK TO SAVEPOINT"), Faults: all, Every: 16})
@@ -66,11 +75,11 @@ func relStepRules(w *relWorkload) []faultdriver.Rule {
 	case "table":
 		rules = append(rules,
 			faultdriver.Rule{Step: "re-check", Match: func(s faultdriver.Stmt) bool {
-				return s.Op == faultdriver.OpQuery && strings.Contains(s.SQL, "`bq_rel_item`") &&
+				return s.Op == faultdriver.OpQuery && strings.Contains(s.SQL, relQuoted("bq_rel_item")) &&
 					!strings.Contains(s.SQL, "FOR UPDATE") && !strings.Contains(s.SQL, "bunqueue: read")
 			}, Faults: all, Every: 10},
-			faultdriver.Rule{Step: "completion", Match: faultdriver.Contains(relOpExec, "UPDATE `bq_rel_item`", "status = 'done'"), Faults: all, Every: 16},
-			faultdriver.Rule{Step: "failure record", Match: faultdriver.Contains(relOpExec, "UPDATE `bq_rel_item`", "attempts"), Faults: all, Every: 2},
+			faultdriver.Rule{Step: "completion", Match: faultdriver.Contains(relOpExec, "UPDATE "+relQuoted("bq_rel_item"), "status = 'done'"), Faults: all, Every: 16},
+			faultdriver.Rule{Step: "failure record", Match: faultdriver.Contains(relOpExec, "UPDATE "+relQuoted("bq_rel_item"), "attempts"), Faults: all, Every: 2},
 		)
 	case "lock":
 		rules = append(rules,
@@ -104,7 +113,6 @@ var errRelFlaky = errors.New("flaky external call (test)")
 // also fail in the handler, so that failures are recorded under faults
 // too.
 func TestReliabilityInjectedFaults(t *testing.T) {
-	dbtest.OnlyMySQL(t, "its clients go through internal/faultdriver, which wraps the MySQL driver")
 	relParallel(t)
 	admin := migrated(t, 0)
 	for _, mode := range []string{"table", "lock", "lease"} {
@@ -206,7 +214,6 @@ func relJobNs(t *testing.T, db *bun.DB, queue string) map[int64]int64 {
 // item in ten fails for good, so that each item must end in exactly one
 // terminal state: done once, or failed once.
 func TestReliabilityCommitOutcomeUnknown(t *testing.T) {
-	dbtest.OnlyMySQL(t, "its clients go through internal/faultdriver, which wraps the MySQL driver")
 	relParallel(t)
 	admin := migrated(t, 0)
 	for _, mode := range []string{"table", "lock", "lease"} {
@@ -365,7 +372,6 @@ func relCommitUnknown(t *testing.T, admin *bun.DB, mode string) {
 // both write their effect. The overlap detector must count the two runs, and the effects
 // count must see the effect twice.
 func TestReliabilityDetectorsCatchViolations(t *testing.T) {
-	dbtest.OnlyMySQL(t, "its clients go through internal/faultdriver, which wraps the MySQL driver")
 	relParallel(t)
 	admin := migrated(t, 0)
 	w := newRelWorkload(t, admin, "lease")
@@ -404,4 +410,43 @@ func TestReliabilityDetectorsCatchViolations(t *testing.T) {
 	sort.Slice(runs, func(i, j int) bool { return runs[i].Start < runs[j].Start })
 	require.Len(t, runs, 2)
 	require.NotEqual(t, runs[0].Who, runs[1].Who)
+}
+
+// TestReliabilityEnqueueReplyLost: the connection is cut after an
+// Enqueue's (and an EnqueueMany's) INSERT was sent, outside a
+// transaction. The INSERT ran on the server; the call cannot know it, so
+// it must either return an error (the outcome is unknown: the job is in
+// the queue once, or not at all) or return nil with the job in the queue
+// exactly once, never twice.
+func TestReliabilityEnqueueReplyLost(t *testing.T) {
+	relParallel(t)
+	admin := migrated(t, 0)
+	q := ownJobQueue(t, admin)
+	in := faultdriver.NewInjector(1)
+	db := relFaultDB(t, in, 0)
+	c := jobsTestClient(t, db, bunqueue.Config{JobQueues: map[string]bunqueue.JobQueueConfig{q: {}}})
+	in.Add(faultdriver.Rule{Step: "enqueue", Match: faultdriver.Contains(nil, "INTO bunqueue_jobs", q),
+		Faults: []faultdriver.Fault{faultdriver.DropAfter}, Every: 1, Limit: 2}) // one cut per call
+	ctx := t.Context()
+	check := func(what string, n int64, err error) {
+		t.Helper()
+		rows := 0
+		for _, jn := range relJobNs(t, admin, q) {
+			if jn == n {
+				rows++
+			}
+		}
+		t.Logf("%s: error %v, %d job(s) in the queue", what, err, rows)
+		require.LessOrEqual(t, rows, 1, "%s: the job is in the queue twice", what)
+		if err == nil {
+			require.Equal(t, 1, rows, "%s returned nil: the job is in the queue", what)
+		}
+	}
+	_, err := c.Enqueue(ctx, db, relJobArgs{N: 1}, &bunqueue.EnqueueOpts{Queue: q})
+	time.Sleep(200 * time.Millisecond) // the cut socket closes 50 ms after the statement was sent
+	check("Enqueue", 1, err)
+	_, err = c.EnqueueMany(ctx, db, []bunqueue.EnqueueParams{{Args: relJobArgs{N: 2}, Opts: &bunqueue.EnqueueOpts{Queue: q}}})
+	time.Sleep(200 * time.Millisecond)
+	check("EnqueueMany", 2, err)
+	require.Equal(t, 2, in.Total())
 }

@@ -1,6 +1,10 @@
 package bunqueue_test
 
 import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
 	"os/exec"
 	"strings"
 	"testing"
@@ -12,10 +16,12 @@ import (
 	"github.com/bunqueue/bunqueue/internal/dbtest"
 )
 
-// Scenario 4: the MariaDB server is restarted in the middle of a run. It
-// stops the server for everyone who uses it, so it runs only in the long
-// part (BUNQUEUE_RELIABILITY_LONG=1), and it makes sure the server is up
-// again when it ends, pass or fail.
+// Scenario 4: the database server is restarted in the middle of a run:
+// MariaDB (start-stop-daemon), or, when the tests run on PostgreSQL, the
+// local PostgreSQL cluster of the DSN's port (pg_ctlcluster; MariaDB is
+// left alone then). It stops the server for everyone who uses it, so it
+// runs only in the long part (BUNQUEUE_RELIABILITY_LONG=1), and it makes
+// sure the server is up again when it ends, pass or fail.
 
 const relMariadbd = "/usr/sbin/mariadbd"
 
@@ -38,19 +44,111 @@ func relStartServer(t *testing.T) bool {
 	return relWaitFor(time.Minute, relServerAnswers)
 }
 
+// relServer is the server the restart scenario stops and starts.
+type relServer struct {
+	name string
+	// stop stops the server and returns when it is down; start starts it
+	// if it does not answer and waits (up to a minute) until it does.
+	stop  func() error
+	start func(t *testing.T) bool
+}
+
+// relPGAnswers reports whether PostgreSQL at the tests' DSN answers a
+// query.
+func relPGAnswers() bool {
+	db, err := sql.Open("pgx", dbtest.PGDSN())
+	if err != nil {
+		return false
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var one int
+	return db.QueryRowContext(ctx, "SELECT 1").Scan(&one) == nil
+}
+
+// relPGCluster finds the local cluster (version and name, for
+// pg_ctlcluster) that listens on the port of the tests' DSN.
+func relPGCluster(t *testing.T) (version, name string) {
+	t.Helper()
+	if _, err := exec.LookPath("pg_ctlcluster"); err != nil {
+		t.Skip("pg_ctlcluster is not available")
+	}
+	u, err := url.Parse(dbtest.PGDSN())
+	require.NoError(t, err)
+	if h := u.Hostname(); h != "127.0.0.1" && h != "localhost" && h != "::1" {
+		t.Skipf("PostgreSQL at %s is not local", h)
+	}
+	port := u.Port()
+	if port == "" {
+		port = "5432"
+	}
+	out, err := exec.Command("pg_lsclusters", "-h").Output()
+	require.NoError(t, err, "pg_lsclusters")
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 4 && f[2] == port && f[3] == "online" {
+			return f[0], f[1]
+		}
+	}
+	t.Skipf("no online local cluster on port %s (pg_lsclusters: %s)", port, out)
+	return "", ""
+}
+
+// relRestartable returns the server the tests run on, to restart, or
+// skips the test.
+func relRestartable(t *testing.T) relServer {
+	if !dbtest.IsPostgres() {
+		if _, err := exec.LookPath("start-stop-daemon"); err != nil {
+			t.Skip("start-stop-daemon is not available")
+		}
+		return relServer{
+			name: "MariaDB",
+			stop: func() error {
+				out, err := exec.Command("start-stop-daemon", "--stop", "--exec", relMariadbd, "--retry", "60").CombinedOutput()
+				if err != nil {
+					return fmt.Errorf("start-stop-daemon --stop: %w: %s", err, out)
+				}
+				return nil
+			},
+			start: relStartServer,
+		}
+	}
+	version, cluster := relPGCluster(t)
+	ctl := func(action string) error {
+		out, err := exec.Command("pg_ctlcluster", version, cluster, action).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("pg_ctlcluster %s %s %s: %w: %s", version, cluster, action, err, out)
+		}
+		return nil
+	}
+	return relServer{
+		name: "PostgreSQL",
+		// pg_ctlcluster stops in fast mode: open transactions are rolled
+		// back, sessions ended, then a clean shutdown.
+		stop: func() error { return ctl("stop") },
+		start: func(t *testing.T) bool {
+			if relPGAnswers() {
+				return true
+			}
+			if err := ctl("start"); err != nil {
+				t.Log(err)
+			}
+			return relWaitFor(time.Minute, relPGAnswers)
+		},
+	}
+}
+
 func TestReliabilityServerRestart(t *testing.T) {
-	dbtest.OnlyMySQL(t, "it restarts the MariaDB server")
 	if !relLong() {
-		t.Skipf("long part only (%s=1): it restarts the MariaDB server that every test and engineer here uses", relLongEnv)
+		t.Skipf("long part only (%s=1): it restarts the database server that every test and engineer here uses", relLongEnv)
 	}
-	if _, err := exec.LookPath("start-stop-daemon"); err != nil {
-		t.Skip("start-stop-daemon is not available")
-	}
+	srv := relRestartable(t)
 	// Registered first, so it runs last: the server is up again however
 	// the test ends.
 	t.Cleanup(func() {
-		if !relStartServer(t) {
-			t.Errorf("the MariaDB server does not answer after the test")
+		if !srv.start(t) {
+			t.Errorf("the %s server does not answer after the test", srv.name)
 		}
 	})
 	admin := migrated(t, 0)
@@ -78,13 +176,13 @@ func TestReliabilityServerRestart(t *testing.T) {
 		return true
 	}), "a quarter of each queue done")
 
-	// Restart: SIGTERM (a clean shutdown), wait for the process to end,
-	// start it again, wait until it answers.
+	// Restart: a clean shutdown (MariaDB: SIGTERM; PostgreSQL: fast
+	// mode), wait for the server to end, start it again, wait until it
+	// answers.
 	stopAt := time.Now()
-	out, err := exec.Command("start-stop-daemon", "--stop", "--exec", relMariadbd, "--retry", "60").CombinedOutput()
-	require.NoError(t, err, "start-stop-daemon --stop: %s", out)
+	require.NoError(t, srv.stop())
 	downAt := time.Now()
-	require.True(t, relStartServer(t), "the server is up again")
+	require.True(t, srv.start(t), "the server is up again")
 	upAt := time.Now()
 
 	// How long after it answers again each queue makes progress: the
@@ -124,7 +222,7 @@ func TestReliabilityServerRestart(t *testing.T) {
 	}), "every queue drains")
 	for i, w := range ws {
 		w.stop()
-		rep := &relReport{Scenario: "MariaDB restarted mid-run", Mode: w.modeName(), Duration: time.Since(began)}
+		rep := &relReport{Scenario: srv.name + " restarted mid-run", Mode: w.modeName(), Duration: time.Since(began)}
 		rep.note("server stopped in %s and answered again %s later; this queue claimed again %s after that",
 			downAt.Sub(stopAt).Round(10*time.Millisecond), upAt.Sub(downAt).Round(10*time.Millisecond), recovered[i].Round(time.Millisecond))
 		rep.note("%d of %d items were left at the restart", left[i], items)

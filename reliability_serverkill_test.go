@@ -38,33 +38,12 @@ func relServerKill(t *testing.T, admin *bun.DB, mode string) {
 	w := newRelWorkload(t, admin, mode)
 	w.work = 4 * time.Millisecond
 	w.connOf = mode != "lease"
-	// The clients' connections: the injector's, or on PostgreSQL (which
-	// it cannot wrap) the server's sessions of the clients' application
-	// name.
-	app := relToken(8)
+	// The clients' connections, with their server session ids, are the
+	// injector's.
 	for _, batch := range []int{1, 5} {
-		if dbtest.IsPostgres() {
-			w.addClient(dbtest.OpenSession(t, 0, map[string]string{"application_name": app}), 4, batch, bunqueue.Config{}, nil)
-		} else {
-			w.addClient(relFaultDB(t, in, 0), 4, batch, bunqueue.Config{}, nil)
-		}
+		w.addClient(relFaultDB(t, in, 0), 4, batch, bunqueue.Config{}, nil)
 	}
-	clientConns := func() []faultdriver.ConnInfo {
-		if !dbtest.IsPostgres() {
-			return in.Conns()
-		}
-		var conns []faultdriver.ConnInfo
-		rows, err := admin.QueryContext(t.Context(), "SELECT pid, xact_start IS NOT NULL FROM pg_stat_activity WHERE application_name = ?", app)
-		require.NoError(t, err)
-		defer rows.Close()
-		for rows.Next() {
-			var c faultdriver.ConnInfo
-			require.NoError(t, rows.Scan(&c.ID, &c.InTx))
-			conns = append(conns, c)
-		}
-		require.NoError(t, rows.Err())
-		return conns
-	}
+	clientConns := in.Conns
 	rep := &relReport{Scenario: "server-side KILL of worker connections", Mode: w.modeName()}
 	began := time.Now()
 	w.start()

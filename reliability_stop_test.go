@@ -13,7 +13,6 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunqueue/bunqueue"
-	"github.com/bunqueue/bunqueue/internal/dbtest"
 	"github.com/bunqueue/bunqueue/internal/faultdriver"
 )
 
@@ -75,14 +74,8 @@ func relStopUnderLoad(t *testing.T, admin *bun.DB, mode string) {
 		batch = 3
 		w.lease = 10 * time.Second // a leftover lease would outlast the checks
 	}
-	// The injector injects nothing here: on PostgreSQL, which it cannot
-	// wrap, the clients have plain pools.
-	pool := func() *bun.DB {
-		if dbtest.IsPostgres() {
-			return dbtest.Open(t, 0)
-		}
-		return relFaultDB(t, in, 0)
-	}
+	// The injector injects nothing here.
+	pool := func() *bun.DB { return relFaultDB(t, in, 0) }
 	graceful := w.addClient(pool(), 4, 1, bunqueue.Config{}, nil)
 	forced := w.addClient(pool(), 4, batch, bunqueue.Config{}, nil)
 	rep := &relReport{Scenario: "Stop under load", Mode: w.modeName()}

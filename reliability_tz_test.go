@@ -25,11 +25,13 @@ import (
 // as it does at a DST change: schedules still hold.
 //
 // TestReliabilityTimeZones runs TestReliabilityTimeZonesChild in a child
-// process with TZ=America/New_York. The server here has no time zone
-// tables, so the sessions get fixed offsets: -04:00 (New York's summer
-// time), then, for every session at once in the middle of the run, -05:00
-// (its winter time), which is what a server whose own zone is New York's
-// sees at the fall-back change. Jobs scheduled at instants on both sides
+// process with TZ=America/New_York. The MariaDB server here has no time
+// zone tables, so the sessions get fixed offsets: -04:00 (New York's
+// summer time), then, for every session at once in the middle of the run,
+// -05:00 (its winter time), which is what a server whose own zone is New
+// York's sees at the fall-back change. On PostgreSQL the sessions'
+// TimeZone goes the same way, from Etc/GMT+4 to Etc/GMT+5 (POSIX signs:
+// -04:00, then -05:00; a bare '-04:00' would be read as 4 hours east). Jobs scheduled at instants on both sides
 // of New York's 2026 DST changes (two of them at the same wall-clock
 // time, 01:30, an hour apart) must run in the order of the instants;
 // schedules due during the run (a delay, a run-at, a retry backoff, an
@@ -43,7 +45,6 @@ func TestReliabilityTimeZones(t *testing.T) {
 	if os.Getenv(relTZChildEnv) != "" {
 		t.Skip("in the child process")
 	}
-	dbtest.OnlyMySQL(t, "its clients go through internal/faultdriver, which wraps the MySQL driver")
 	relParallel(t)
 	exe, err := os.Executable()
 	require.NoError(t, err)
@@ -70,8 +71,8 @@ type relTZRun struct {
 	Name    string
 	Attempt int
 	RunAt   time.Time // Job.RunAt
-	DBNow   time.Time // UTC_TIMESTAMP(6) when it started
-	Offset  int       // TIMESTAMPDIFF(MINUTE, UTC_TIMESTAMP(), NOW()) of its session
+	DBNow   time.Time // UTC_TIMESTAMP(6) (statement_timestamp()) when it started
+	Offset  int       // its session's offset from UTC, in minutes
 }
 
 func TestReliabilityTimeZonesChild(t *testing.T) {
@@ -84,10 +85,18 @@ func TestReliabilityTimeZonesChild(t *testing.T) {
 
 	admin := migrated(t, 0)
 	in := faultdriver.NewInjector(1)
-	in.SetSession("SET time_zone = '-04:00'")
+	// The session statements before and after the change, and the SQL of
+	// the session's offset from UTC in minutes.
+	summer, winter := "SET time_zone = '-04:00'", "SET time_zone = '-05:00'"
+	offsetSQL := "TIMESTAMPDIFF(MINUTE, UTC_TIMESTAMP(), NOW())"
+	if dbtest.IsPostgres() {
+		summer, winter = "SET TimeZone = 'Etc/GMT+4'", "SET TimeZone = 'Etc/GMT+5'"
+		offsetSQL = "(EXTRACT(TIMEZONE FROM now()) / 60)::int"
+	}
+	in.SetSession(summer)
 	db := relFaultDB(t, in, 0)
 	var offset int
-	require.NoError(t, db.NewRaw("SELECT TIMESTAMPDIFF(MINUTE, UTC_TIMESTAMP(), NOW())").Scan(t.Context(), &offset))
+	require.NoError(t, db.NewRaw("SELECT "+offsetSQL).Scan(t.Context(), &offset))
 	require.Equal(t, -240, offset, "the sessions are at -04:00")
 
 	lockQ, leaseQ := ownJobQueue(t, admin), ownJobQueue(t, admin)
@@ -111,7 +120,7 @@ func TestReliabilityTimeZonesChild(t *testing.T) {
 	var leaseRuns relRecorder
 	worker := bunqueue.WorkerFunc[relTZArgs](func(ctx context.Context, db bun.IDB, job *bunqueue.Job[relTZArgs]) error {
 		r := relTZRun{Name: job.Args.Name, Attempt: job.Attempt, RunAt: job.RunAt}
-		if err := db.NewRaw("SELECT UTC_TIMESTAMP(6), TIMESTAMPDIFF(MINUTE, UTC_TIMESTAMP(), NOW())").Scan(ctx, &r.DBNow, &r.Offset); err != nil {
+		if err := db.NewRaw("SELECT "+nowSQL(db)+", "+offsetSQL).Scan(ctx, &r.DBNow, &r.Offset); err != nil {
 			return err
 		}
 		mu.Lock()
@@ -161,7 +170,7 @@ func TestReliabilityTimeZonesChild(t *testing.T) {
 	require.NoError(t, c.Add(bunqueue.NewQueue("bq_rel_tz_"+run, relItemQuery(run),
 		func(ctx context.Context, tx bun.Tx, it *relFaultItem) error {
 			var now time.Time
-			if err := tx.NewRaw("SELECT UTC_TIMESTAMP(6)").Scan(ctx, &now); err != nil {
+			if err := tx.NewRaw("SELECT "+nowSQL(tx)).Scan(ctx, &now); err != nil {
 				return err
 			}
 			mu.Lock()
@@ -174,7 +183,7 @@ func TestReliabilityTimeZonesChild(t *testing.T) {
 			return err
 		}, &bunqueue.QueueConfig[relFaultItem]{OnError: func(ctx context.Context, tx bun.Tx, it *relFaultItem, _ error) error {
 			_, err := tx.NewUpdate().Model(it).Set("attempts = attempts + 1").
-				Set("retry_at = UTC_TIMESTAMP(6) + INTERVAL 1 SECOND").WherePK().Exec(ctx)
+				Set("retry_at = " + plusSQL(tx, time.Second)).WherePK().Exec(ctx)
 			return err
 		}})))
 
@@ -189,7 +198,7 @@ func TestReliabilityTimeZonesChild(t *testing.T) {
 
 	// The change: every session's offset goes from -04:00 to -05:00.
 	time.Sleep(time.Second)
-	in.SetSession("SET time_zone = '-05:00'")
+	in.SetSession(winter)
 	switched := time.Now()
 
 	require.True(t, relWaitFor(30*time.Second, func() bool {
@@ -260,7 +269,9 @@ func TestReliabilityTimeZonesChild(t *testing.T) {
 	rep := &relReport{Scenario: "time zones and a DST change", Mode: "jobs (lock, lease), any table", Enqueued: enqueued,
 		Processed: len(byName) + len(first), Duration: time.Since(began)}
 	rep.Lost = rep.Enqueued - rep.Processed
-	rep.note("process TZ America/New_York; every session's time_zone went from -04:00 to -05:00 %s into the run", switched.Sub(began).Round(100*time.Millisecond))
+	rep.note("process TZ America/New_York; every session's %s %s into the run", map[bool]string{
+		false: "time_zone went from -04:00 to -05:00", true: "TimeZone went from Etc/GMT+4 (-04:00) to Etc/GMT+5 (-05:00)"}[dbtest.IsPostgres()],
+		switched.Sub(began).Round(100*time.Millisecond))
 	rep.note("schedules across both 2026 DST changes (01:30 EDT and 01:30 EST among them) ran in instant order; delay, run-at, retry backoff and retry_at held within [due, due+3s)")
 	rep.note("a lease-mode job of 3 s under a 2 s lease ran %d time(s), its longest run %s, never two at once", len(leaseRuns.all()), longest.Round(100*time.Millisecond))
 	rep.log(t)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect/mysqldialect"
+	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/bunqueue/bunqueue"
 	"github.com/bunqueue/bunqueue/internal/dbtest"
@@ -21,15 +22,21 @@ import (
 // The workload most scenarios share: one queue of a mode, run by in-process
 // clients.
 
-// relFaultDB opens a *bun.DB over in, with at most maxConns connections
-// (0: no limit), closed when the test ends.
+// relFaultDB opens a *bun.DB over in, on the server the tests run on,
+// with at most maxConns connections (0: no limit), closed when the test
+// ends.
 func relFaultDB(t *testing.T, in *faultdriver.Injector, maxConns int) *bun.DB {
 	t.Helper()
-	sqldb, err := in.Open(dbtest.DSN())
+	sqldb, err := in.Open(dbtest.ServerDSN())
 	require.NoError(t, err)
 	sqldb.SetMaxOpenConns(maxConns)
 	sqldb.SetMaxIdleConns(max(maxConns, 4))
-	db := bun.NewDB(sqldb, mysqldialect.New())
+	var db *bun.DB
+	if dbtest.IsPostgres() {
+		db = bun.NewDB(sqldb, pgdialect.New())
+	} else {
+		db = bun.NewDB(sqldb, mysqldialect.New())
+	}
 	t.Cleanup(func() { _ = db.Close() })
 	return db
 }

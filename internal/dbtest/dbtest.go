@@ -98,6 +98,15 @@ func Sleep(seconds int) string {
 	return fmt.Sprintf("SELECT SLEEP(%d)", seconds)
 }
 
+// ServerDSN returns the DSN of the server the tests run on (see
+// ServerName): PGDSN on PostgreSQL, else DSN.
+func ServerDSN() string {
+	if IsPostgres() {
+		return PGDSN()
+	}
+	return DSN()
+}
+
 // OpenMySQL is Open for MySQL or MariaDB, whatever the server chosen.
 func OpenMySQL(t testing.TB, maxConns int) *bun.DB {
 	t.Helper()

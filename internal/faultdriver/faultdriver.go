@@ -1,24 +1,29 @@
 // Package faultdriver is a database/sql connector for tests only. It wraps
-// github.com/go-sql-driver/mysql and, by rules the test sets, makes a
-// statement fail the way a real server or network would: a deadlock
-// (1213), a lock wait timeout (1205), a connection found dead before the
-// statement was sent, or a connection cut after the statement was sent,
-// before its reply was read (for a COMMIT: the outcome is unknown to the
-// client, but the server did commit).
+// github.com/go-sql-driver/mysql (MySQL, MariaDB) or pgx's database/sql
+// driver, github.com/jackc/pgx/v5/stdlib (PostgreSQL), and, by rules the
+// test sets, makes a statement fail the way a real server or network
+// would: a deadlock (MySQL 1213, PostgreSQL 40P01), a lock wait timeout
+// (1205, 55P03), a connection found dead before the statement was sent,
+// or a connection cut after the statement was sent, before its reply was
+// read (for a COMMIT: the outcome is unknown to the client, but the server
+// did commit).
 //
 // It also keeps a registry of its live connections with their server
-// connection ids (for tests that KILL them on the server), and can run a
-// session statement on every connection (SET time_zone = …) when the test
-// changes it.
+// session ids (CONNECTION_ID(), pg_backend_pid(); for tests that kill them
+// on the server), and can run a session statement on every connection
+// (SET time_zone = …, SET TimeZone = …) when the test changes it.
 //
-// Open a *sql.DB over it with sql.OpenDB(connector); bun opens a *bun.DB
-// over that with bun.NewDB(sqldb, mysqldialect.New()).
+// The DSN picks the driver: a postgres:// or postgresql:// URL opens
+// PostgreSQL through pgx, anything else is a MySQL DSN. Open a *sql.DB
+// over it with sql.OpenDB(connector); bun opens a *bun.DB over that with
+// bun.NewDB(sqldb, mysqldialect.New()) or pgdialect.New().
 package faultdriver
 
 import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -31,6 +36,9 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 )
 
 // Fault is what an injection does.
@@ -39,11 +47,15 @@ type Fault int
 const (
 	// Deadlock returns error 1213 instead of running the statement. Inside
 	// a transaction the transaction is rolled back on the server first, as
-	// InnoDB does with a deadlock victim.
+	// InnoDB does with a deadlock victim. On PostgreSQL the server itself
+	// raises 40P01 (deadlock_detected) in place of the statement, which
+	// aborts the open transaction, as any error there does.
 	Deadlock Fault = iota + 1
 	// LockWaitTimeout returns error 1205 instead of running the statement.
 	// InnoDB rolls back only the statement (innodb_rollback_on_timeout is
-	// off by default): the transaction stays open.
+	// off by default): the transaction stays open. On PostgreSQL the
+	// server raises 55P03 (lock_not_available, as lock_timeout does), which
+	// aborts the open transaction.
 	LockWaitTimeout
 	// DropBefore closes the connection's socket before the statement is
 	// sent and returns driver.ErrBadConn, as the driver does for a
@@ -52,16 +64,23 @@ const (
 	DropBefore
 	// DropAfter sends the statement, then cuts the connection before its
 	// reply is read: the server runs it (and, for a COMMIT, commits), the
-	// client gets the driver's "invalid connection" error and cannot know
-	// the outcome. A statement of an open transaction is then rolled back
-	// with it by the server.
+	// client gets an error (the MySQL driver's "invalid connection"; pgx's
+	// own: the failed read's, or "conn closed") and cannot know the
+	// outcome. A statement of an open transaction is then rolled back with
+	// it by the server. On PostgreSQL the cut comes after the write that
+	// executes the statement (pgx may first prepare it in a round trip of
+	// its own). Note that pgx (v5.12) reports a cut Exec without
+	// arguments (the simple protocol) as driver.ErrBadConn, so that
+	// database/sql runs it again on another connection, outside a
+	// transaction: that is pgx's doing, as it would be on a real network.
 	DropAfter
 )
 
 // AllFaults lists every fault.
 var AllFaults = []Fault{Deadlock, LockWaitTimeout, DropBefore, DropAfter}
 
-// String names the fault.
+// String names the fault (by its MySQL error; PostgreSQL's are 40P01 and
+// 55P03).
 func (f Fault) String() string {
 	switch f {
 	case Deadlock:
@@ -244,7 +263,8 @@ func (in *Injector) Matched() map[string]int {
 
 // ConnInfo describes a live connection.
 type ConnInfo struct {
-	// ID is the server's id for the connection (CONNECTION_ID()).
+	// ID is the server's id for the connection (CONNECTION_ID(); on
+	// PostgreSQL its backend's pid, pg_backend_pid()).
 	ID int64
 	// InTx reports whether a transaction is open on it.
 	InTx bool
@@ -302,9 +322,19 @@ func (in *Injector) decide(s Stmt, txStmts []string) (Fault, bool) {
 	return 0, false
 }
 
-// Connector returns a connector over the MySQL DSN whose connections obey
-// in's rules.
+// IsPostgresDSN reports whether dsn is a PostgreSQL URL (postgres:// or
+// postgresql://), which Connector opens through pgx.
+func IsPostgresDSN(dsn string) bool {
+	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
+}
+
+// Connector returns a connector over the DSN whose connections obey in's
+// rules: a PostgreSQL URL (see IsPostgresDSN) through pgx, else a MySQL
+// DSN through the MySQL driver.
 func (in *Injector) Connector(dsn string) (driver.Connector, error) {
+	if IsPostgresDSN(dsn) {
+		return in.pgConnector(dsn)
+	}
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		return nil, err
@@ -336,8 +366,45 @@ func (in *Injector) Connector(dsn string) (driver.Connector, error) {
 	return &connector{in: in, inner: inner}, nil
 }
 
-// Open returns a *sql.DB over the MySQL DSN whose connections obey in's
-// rules.
+// pgConnector is Connector for PostgreSQL. The socket is wrapped after TLS
+// (AfterNetConnect), so that the wrapper sees the protocol's messages.
+func (in *Injector) pgConnector(dsn string) (driver.Connector, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	// pgx, when a read fails, sends the server a cancel request for the
+	// statement under way, on a new connection to the address of the
+	// failed one. A cut connection's address (see netConn.RemoteAddr)
+	// cannot be reached: the cut is of the network, the cancel cannot get
+	// through either, and the statement runs on, as it does on MySQL,
+	// whose driver sends no cancel.
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if network == cutNetwork {
+			return nil, &net.OpError{Op: "dial", Net: "tcp", Err: errCut}
+		}
+		return dial(ctx, network, addr)
+	}
+	base := cfg.AfterNetConnect
+	cfg.AfterNetConnect = func(ctx context.Context, pc *pgconn.Config, c net.Conn) (net.Conn, error) {
+		if base != nil {
+			var err error
+			if c, err = base(ctx, pc, c); err != nil {
+				return nil, err
+			}
+		}
+		nc := &netConn{Conn: c, pg: true}
+		if h, ok := ctx.Value(holderKey{}).(*holder); ok {
+			h.nc = nc
+		}
+		return nc, nil
+	}
+	return &connector{in: in, inner: stdlib.GetConnector(*cfg), pg: true}, nil
+}
+
+// Open returns a *sql.DB over the DSN (see Connector) whose connections
+// obey in's rules.
 func (in *Injector) Open(dsn string) (*sql.DB, error) {
 	c, err := in.Connector(dsn)
 	if err != nil {
@@ -355,6 +422,7 @@ type holder struct{ nc *netConn }
 type connector struct {
 	in    *Injector
 	inner driver.Connector
+	pg    bool // pgx's driver, PostgreSQL
 }
 
 func (c *connector) Driver() driver.Driver { return drv{} }
@@ -365,9 +433,16 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	cn := &conn{in: c.in, inner: ic, nc: h.nc}
+	cn := &conn{in: c.in, inner: ic, nc: h.nc, pg: c.pg}
 	var id int64
-	if err := cn.scalar(ctx, "SELECT CONNECTION_ID()", &id); err != nil {
+	if c.pg {
+		sc, ok := ic.(*stdlib.Conn)
+		if !ok {
+			_ = ic.Close()
+			return nil, fmt.Errorf("faultdriver: unexpected pgx connection %T", ic)
+		}
+		id = int64(sc.Conn().PgConn().PID()) // pg_backend_pid()
+	} else if err := cn.scalar(ctx, "SELECT CONNECTION_ID()", &id); err != nil {
 		_ = ic.Close()
 		return nil, err
 	}
@@ -395,23 +470,67 @@ func (drv) Open(string) (driver.Conn, error) {
 // sees the connection end.
 type netConn struct {
 	net.Conn
-	cutNext atomic.Bool // cut right after the next write
+	pg      bool        // PostgreSQL's protocol: cut after the write that executes
+	cutNext atomic.Bool // cut right after the next write (PostgreSQL: that executes)
 	cut     atomic.Bool
 	closed  sync.Once
 }
 
-var errCut = errors.New("faultdriver: connection cut")
+// ErrCut is the error of reads and writes on a connection cut by
+// DropAfter.
+var ErrCut = errors.New("faultdriver: connection cut")
+
+var errCut = ErrCut
+
+// pgExecutes reports whether b, frontend messages of PostgreSQL's
+// protocol, has one that runs a statement: Query ('Q') or Execute ('E').
+// Bytes it cannot frame count as one.
+func pgExecutes(b []byte) bool {
+	for len(b) > 0 {
+		if len(b) < 5 {
+			return true
+		}
+		if b[0] == 'Q' || b[0] == 'E' {
+			return true
+		}
+		n := int(binary.BigEndian.Uint32(b[1:5]))
+		if n < 4 || 1+n > len(b) {
+			return true
+		}
+		b = b[1+n:]
+	}
+	return false
+}
 
 func (c *netConn) Write(b []byte) (int, error) {
 	if c.cut.Load() {
 		return 0, errCut
 	}
 	n, err := c.Conn.Write(b)
+	if c.pg && c.cutNext.Load() && !pgExecutes(b[:n]) {
+		return n, err // a Parse of its own: the statement is not sent yet
+	}
 	if c.cutNext.Swap(false) {
 		c.cut.Store(true)
 		time.AfterFunc(50*time.Millisecond, func() { c.closeNow() })
 	}
 	return n, err
+}
+
+// cutNetwork is the network of a cut connection's address.
+const cutNetwork = "faultdriver-cut"
+
+type cutAddr struct{ net.Addr }
+
+func (cutAddr) Network() string { return cutNetwork }
+
+// RemoteAddr is the server's address, or, once a PostgreSQL connection is
+// cut, one that cannot be dialled (see pgConnector).
+func (c *netConn) RemoteAddr() net.Addr {
+	if c.pg && c.cut.Load() {
+		return cutAddr{c.Conn.RemoteAddr()}
+	}
+	return c.Conn.RemoteAddr()
 }
 
 func (c *netConn) Read(b []byte) (int, error) {
@@ -445,6 +564,7 @@ type conn struct {
 	in    *Injector
 	inner driver.Conn
 	nc    *netConn
+	pg    bool // pgx's driver, PostgreSQL
 	id    int64
 	gen   int64
 
@@ -521,6 +641,12 @@ func (c *conn) before(ctx context.Context, s Stmt) (error, bool) {
 		return nil, false
 	}
 	switch f {
+	case Deadlock, LockWaitTimeout:
+		if c.pg {
+			return c.pgRaise(ctx, f), false
+		}
+	}
+	switch f {
 	case Deadlock:
 		if s.InTx {
 			// The server rolls back a deadlock victim's transaction.
@@ -540,6 +666,23 @@ func (c *conn) before(ctx context.Context, s Stmt) (error, bool) {
 		return nil, true
 	}
 	return nil, false
+}
+
+// pgRaise makes the PostgreSQL server raise the error of f (40P01 or
+// 55P03) in place of the statement: the server aborts the open
+// transaction, as it does at any error, and the driver returns the
+// server's *pgconn.PgError.
+func (c *conn) pgRaise(ctx context.Context, f Fault) error {
+	code, msg := "40P01", "deadlock detected (injected by faultdriver)"
+	if f == LockWaitTimeout {
+		code, msg = "55P03", "canceling statement due to lock timeout (injected by faultdriver)"
+	}
+	q := fmt.Sprintf("DO $faultdriver$ BEGIN RAISE EXCEPTION USING ERRCODE = '%s', MESSAGE = '%s'; END $faultdriver$", code, msg)
+	_, err := c.inner.(driver.ExecerContext).ExecContext(ctx, q, nil)
+	if err == nil { // cannot happen: RAISE EXCEPTION fails
+		err = &pgconn.PgError{Severity: "ERROR", Code: code, Message: msg}
+	}
+	return err
 }
 
 // kill closes the socket under the driver connection, as a network
@@ -575,6 +718,9 @@ func (c *conn) after(query string, err error, cut bool) error {
 			// The reply had been read before the cut could bite; it did
 			// not happen as asked.
 			err = mysql.ErrInvalidConn
+			if c.pg {
+				err = ErrCut
+			}
 		}
 	}
 	if err == nil && c.inTx.Load() && c.in.keepTx.Load() {
@@ -688,7 +834,13 @@ func (c *conn) ResetSession(ctx context.Context) error {
 }
 
 func (c *conn) IsValid() bool {
-	return !c.dead.Load() && c.inner.(driver.Validator).IsValid()
+	if c.dead.Load() {
+		return false
+	}
+	if v, ok := c.inner.(driver.Validator); ok { // pgx's has none
+		return v.IsValid()
+	}
+	return true
 }
 
 func (c *conn) CheckNamedValue(nv *driver.NamedValue) error {
@@ -708,9 +860,12 @@ func (t *wtx) Commit() error {
 	ferr, cut := c.before(ctx, Stmt{Op: OpCommit, SQL: "COMMIT"})
 	if ferr != nil {
 		var me *mysql.MySQLError
-		if errors.As(ferr, &me) && me.Number == 1205 {
-			// A lock wait timeout leaves the transaction open; database/sql
-			// ends it with this call, so end it on the server too.
+		var pe *pgconn.PgError
+		if errors.As(ferr, &me) && me.Number == 1205 || errors.As(ferr, &pe) {
+			// A lock wait timeout leaves the transaction open (on
+			// PostgreSQL, any error leaves it open and aborted);
+			// database/sql ends it with this call, so end it on the
+			// server too, as a COMMIT that fails does.
 			_, _ = c.inner.(driver.ExecerContext).ExecContext(ctx, "ROLLBACK", nil)
 		}
 		return ferr
