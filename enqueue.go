@@ -163,11 +163,7 @@ func (c *Client) EnqueueMany(ctx context.Context, db bun.IDB, jobs []EnqueuePara
 	stmts = append(stmts, b.String())
 	for _, s := range stmts {
 		err := c.retryOutsideTx(ctx, db, func() error {
-			r, err := db.NewRaw(s).Exec(ctx)
-			if err != nil {
-				return err
-			}
-			n, err := r.RowsAffected()
+			n, err := c.dialect.InsertCount(ctx, db, s)
 			inserted += int(n)
 			return err
 		})

@@ -191,6 +191,15 @@ func (MySQL) Time(t time.Time) string {
 // a warning, not only a duplicate key: the caller checks the values first.
 func (MySQL) InsertIgnore() (head, tail string) { return "INSERT IGNORE INTO", "" }
 
+// InsertCount implements Dialect: Exec and RowsAffected.
+func (MySQL) InsertCount(ctx context.Context, db bun.IDB, insert string) (int64, error) {
+	r, err := db.ExecContext(ctx, insert)
+	if err != nil {
+		return 0, err
+	}
+	return r.RowsAffected()
+}
+
 // InsertID implements Dialect.
 func (MySQL) InsertID(ctx context.Context, db bun.IDB, insert string) (int64, bool, error) {
 	r, err := db.ExecContext(ctx, insert)

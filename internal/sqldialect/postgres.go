@@ -295,6 +295,16 @@ func (Postgres) Time(t time.Time) string { return utcLiteral(t) }
 // whose unique key is taken, and only that: other errors stay errors.
 func (Postgres) InsertIgnore() (head, tail string) { return "INSERT INTO", " ON CONFLICT DO NOTHING" }
 
+// InsertCount implements Dialect with RETURNING id, a query. Not an
+// Exec: pgx sends a statement without arguments by the simple protocol,
+// and when the reply of an Exec is lost it reports the connection as bad
+// and safe to retry, so database/sql runs the INSERT again, on another
+// connection, after the server may have committed it: the jobs would be
+// there twice.
+func (Postgres) InsertCount(ctx context.Context, db bun.IDB, insert string) (int64, error) {
+	return insertReturningCount(ctx, db, insert)
+}
+
 // InsertID implements Dialect with RETURNING id: neither PostgreSQL driver
 // implements LastInsertId. A skipped row returns no row.
 func (Postgres) InsertID(ctx context.Context, db bun.IDB, insert string) (int64, bool, error) {

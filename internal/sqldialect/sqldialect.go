@@ -76,6 +76,11 @@ type Dialect interface {
 	// whose key column is id, and returns the new row's id, or false if
 	// the row was skipped.
 	InsertID(ctx context.Context, db bun.IDB, insert string) (int64, bool, error)
+	// InsertCount runs insert, an InsertIgnore statement of any number of
+	// rows into a table whose key column is id, and returns how many rows
+	// it inserted. A statement whose reply was lost must not run again
+	// by itself (see Postgres.InsertCount).
+	InsertCount(ctx context.Context, db bun.IDB, insert string) (int64, error)
 	// ShareLock is the clause, after a SELECT, that reads the latest
 	// committed rows with a shared lock that does not wait for a claim's
 	// row lock.
@@ -168,6 +173,15 @@ func insertReturningID(ctx context.Context, db bun.IDB, insert string) (int64, b
 		return 0, false, err
 	}
 	return id, true, nil
+}
+
+// insertReturningCount is InsertCount where the server has RETURNING.
+func insertReturningCount(ctx context.Context, db bun.IDB, insert string) (int64, error) {
+	var ids []int64
+	if err := db.NewRaw(insert+" RETURNING id").Scan(ctx, &ids); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return 0, err
+	}
+	return int64(len(ids)), nil
 }
 
 // utcLiteral renders t as a time literal in UTC, to the microsecond, with

@@ -301,6 +301,11 @@ func (SQLite) Time(t time.Time) string { return utcLiteral(t) }
 // NOT NULL and CHECK failures too).
 func (SQLite) InsertIgnore() (head, tail string) { return "INSERT INTO", " ON CONFLICT DO NOTHING" }
 
+// InsertCount implements Dialect with RETURNING id, as PostgreSQL's.
+func (SQLite) InsertCount(ctx context.Context, db bun.IDB, insert string) (int64, error) {
+	return insertReturningCount(ctx, db, insert)
+}
+
 // InsertID implements Dialect with RETURNING id: after a skipped row,
 // LastInsertId still gives the previous insert's id. A skipped row
 // returns no row.
