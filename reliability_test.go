@@ -6,9 +6,10 @@ package bunqueue_test
 // committed twice, and the kills, faults and bad inputs it survived.
 //
 // The quick part runs with the other tests. The long part (20,000 items
-// per SIGKILL run, 200+ server-side KILLs per mode, and a MariaDB restart
-// in the middle of a run, which stops the server for everyone who uses
-// it) runs only with BUNQUEUE_RELIABILITY_LONG=1:
+// per SIGKILL run, 200+ server-side KILLs per mode, and a restart of the
+// database server in the middle of a run, which stops the server for
+// everyone who uses it: MariaDB, or PostgreSQL with
+// BUNQUEUE_TEST_SERVER=postgres) runs only with BUNQUEUE_RELIABILITY_LONG=1:
 //
 //	BUNQUEUE_RELIABILITY_LONG=1 BUNQUEUE_RELIABILITY_REPORT=/tmp/rel.md \
 //	    go test -run '^TestReliability' -count=1 -timeout 60m -v .
@@ -22,7 +23,7 @@ package bunqueue_test
 // with SIGKILL), reliability_serverkill_test.go (2: KILL of worker
 // connections on the server), reliability_fault_test.go (3: faults
 // injected at every SQL step through internal/faultdriver; 8: commit
-// outcome unknown), reliability_restart_test.go (4: MariaDB restarted),
+// outcome unknown), reliability_restart_test.go (4: the server restarted),
 // reliability_stop_test.go (5: Stop under load), reliability_badinput_test.go
 // (6: bad input), reliability_tz_test.go (7: time zones and a DST
 // change); reliability_workload_test.go holds the workload most of them
