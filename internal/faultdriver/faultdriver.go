@@ -154,6 +154,11 @@ type Injection struct {
 	Step  string
 	Fault Fault
 	Stmt  Stmt
+	// Conn is the server's id of the connection (see ConnInfo.ID); At is
+	// when the fault was decided, in Unix nanoseconds: a drop or a cut
+	// ends the connection's transaction on the server from then on.
+	Conn int64
+	At   int64
 	// TxStmts are the statements the connection's transaction ran before
 	// the injection, when the injector keeps them (KeepTxStatements).
 	TxStmts []string
@@ -283,7 +288,7 @@ func (in *Injector) Conns() []ConnInfo {
 }
 
 // decide returns the fault to inject into s, if any, and records it.
-func (in *Injector) decide(s Stmt, txStmts []string) (Fault, bool) {
+func (in *Injector) decide(s Stmt, conn int64, txStmts []string) (Fault, bool) {
 	if !in.enabled.Load() {
 		return 0, false
 	}
@@ -312,7 +317,7 @@ func (in *Injector) decide(s Stmt, txStmts []string) (Fault, bool) {
 			in.counts[r.Step] = map[Fault]int{}
 		}
 		in.counts[r.Step][f]++
-		inj := Injection{Step: r.Step, Fault: f, Stmt: s}
+		inj := Injection{Step: r.Step, Fault: f, Stmt: s, Conn: conn, At: time.Now().UnixNano()}
 		if in.keepTx.Load() {
 			inj.TxStmts = append([]string(nil), txStmts...)
 		}
@@ -636,7 +641,7 @@ func (c *conn) before(ctx context.Context, s Stmt) (error, bool) {
 		return err, false
 	}
 	s.InTx = c.inTx.Load()
-	f, ok := c.in.decide(s, c.txStmts)
+	f, ok := c.in.decide(s, c.id, c.txStmts)
 	if !ok {
 		return nil, false
 	}
