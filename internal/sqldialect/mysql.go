@@ -3,11 +3,8 @@ package sqldialect
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
 	"time"
 
@@ -138,22 +135,7 @@ func (MySQL) EndSession(ctx context.Context, db bun.IDB, id int64) error {
 // Local implements Dialect.
 func (MySQL) Local(err error) bool {
 	var me *mysql.MySQLError
-	var ne net.Error
-	switch {
-	case err == nil,
-		errors.As(err, &me),
-		errors.As(err, &ne),
-		errors.Is(err, driver.ErrBadConn),
-		errors.Is(err, mysql.ErrInvalidConn),
-		errors.Is(err, sql.ErrConnDone),
-		errors.Is(err, sql.ErrTxDone),
-		errors.Is(err, io.EOF),
-		errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, context.Canceled),
-		errors.Is(err, context.DeadlineExceeded):
-		return false
-	}
-	return true
+	return !errors.As(err, &me) && !errors.Is(err, mysql.ErrInvalidConn) && !notLocal(err)
 }
 
 // ForUpdate implements Dialect.

@@ -3,12 +3,9 @@ package sqldialect
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io"
-	"net"
 	"reflect"
 	"strings"
 	"time"
@@ -212,22 +209,7 @@ const endSessionWait = 5 * time.Second
 // as not local: those are told apart by their package, as the dialect
 // does not import pgx.
 func (Postgres) Local(err error) bool {
-	var ne net.Error
-	switch {
-	case err == nil,
-		sqlState(err) != "",
-		errors.As(err, &ne),
-		errors.Is(err, driver.ErrBadConn),
-		errors.Is(err, sql.ErrConnDone),
-		errors.Is(err, sql.ErrTxDone),
-		errors.Is(err, io.EOF),
-		errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, context.Canceled),
-		errors.Is(err, context.DeadlineExceeded),
-		inChain(err, fromPgconn):
-		return false
-	}
-	return true
+	return sqlState(err) == "" && !inChain(err, fromPgconn) && !notLocal(err)
 }
 
 // fromPgconn reports whether err's type is declared in pgx's connection

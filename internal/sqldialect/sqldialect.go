@@ -5,8 +5,11 @@ package sqldialect
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -188,4 +191,20 @@ func insertReturningCount(ctx context.Context, db bun.IDB, insert string) (int64
 // its offset: as bun's pgdialect and sqlitedialect render times.
 func utcLiteral(t time.Time) string {
 	return "'" + t.UTC().Format("2006-01-02 15:04:05.999999-07:00") + "'"
+}
+
+// notLocal reports whether err is nil or is one of the errors, common to
+// every driver, of a connection, a transaction or a context: the parts of
+// Dialect.Local that do not depend on the server.
+func notLocal(err error) bool {
+	var ne net.Error
+	return err == nil ||
+		errors.As(err, &ne) ||
+		errors.Is(err, driver.ErrBadConn) ||
+		errors.Is(err, sql.ErrConnDone) ||
+		errors.Is(err, sql.ErrTxDone) ||
+		errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, context.Canceled) ||
+		errors.Is(err, context.DeadlineExceeded)
 }

@@ -6,7 +6,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -244,19 +243,7 @@ func (SQLite) EndSession(context.Context, bun.IDB, int64) error { return nil }
 // connection errors and a cancelled context's.
 func (SQLite) Local(err error) bool {
 	_, coded := sqliteCode(err)
-	switch {
-	case err == nil,
-		coded,
-		errors.Is(err, driver.ErrBadConn),
-		errors.Is(err, sql.ErrConnDone),
-		errors.Is(err, sql.ErrTxDone),
-		errors.Is(err, io.EOF),
-		errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, context.Canceled),
-		errors.Is(err, context.DeadlineExceeded):
-		return false
-	}
-	return true
+	return !coded && !notLocal(err)
 }
 
 // SessionSetup implements Dialect: none. SQLite has no isolation levels
