@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -33,16 +31,7 @@ func buildBinary(t *testing.T) string {
 // runBinary runs bin with args and returns its stdout, stderr and exit code.
 func runBinary(t *testing.T, bin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	var out, errOut bytes.Buffer
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		return out.String(), errOut.String(), exit.ExitCode()
-	}
-	require.NoError(t, err)
-	return out.String(), errOut.String(), 0
+	return runWithEnv(t, nil, bin, args...)
 }
 
 func TestCommand(t *testing.T) {

@@ -1,14 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -36,23 +33,6 @@ func (pgArgsA) Kind() string { return "pg_cli_a" }
 type pgArgsB struct{}
 
 func (pgArgsB) Kind() string { return "pg_cli_b" }
-
-// runPG runs bin with args and extra environment variables, and returns
-// its stdout, stderr and exit code.
-func runPG(t *testing.T, env []string, bin string, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	var out, errOut bytes.Buffer
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		return out.String(), errOut.String(), exit.ExitCode()
-	}
-	require.NoError(t, err)
-	return out.String(), errOut.String(), 0
-}
 
 // pgDSN returns the tests' PostgreSQL DSN changed by edit.
 func pgDSN(t *testing.T, edit func(u *url.URL)) string {
@@ -97,23 +77,23 @@ func TestPostgres(t *testing.T) {
 
 	t.Run("migrate --sql prints the PostgreSQL schema without connecting", func(t *testing.T) {
 		dead := pgDSN(t, func(u *url.URL) { u.Host = "127.0.0.1:1" })
-		stdout, stderr, code := runPG(t, nil, bin, "migrate", "--sql", "--dsn", dead)
+		stdout, stderr, code := runWithEnv(t, nil, bin, "migrate", "--sql", "--dsn", dead)
 		require.Equal(t, exitOK, code, stderr)
 		require.Equal(t, pgSQL, stdout)
 		require.Contains(t, stdout, "TIMESTAMPTZ")
 		require.NotContains(t, stdout, "ENGINE=InnoDB")
 
-		stdout, stderr, code = runPG(t, []string{"BUNQUEUE_MYSQL_DSN=" + dead}, bin, "migrate", "--sql")
+		stdout, stderr, code = runWithEnv(t, []string{"BUNQUEUE_MYSQL_DSN=" + dead}, bin, "migrate", "--sql")
 		require.Equal(t, exitOK, code, stderr)
 		require.Equal(t, pgSQL, stdout, "the DSN of the environment picks the server too")
 
-		stdout, stderr, code = runPG(t, []string{"BUNQUEUE_MYSQL_DSN="}, bin, "migrate", "--sql")
+		stdout, stderr, code = runWithEnv(t, []string{"BUNQUEUE_MYSQL_DSN="}, bin, "migrate", "--sql")
 		require.Equal(t, exitOK, code, stderr)
 		require.Equal(t, bunqueue.MigrationSQL(), stdout, "no DSN: MySQL's, as before")
 	})
 
 	t.Run("connection errors say what and where", func(t *testing.T) {
-		_, stderr, code := runPG(t, nil, bin, "stats", "--dsn", pgDSN(t, func(u *url.URL) { u.Host = "127.0.0.1:1" }))
+		_, stderr, code := runWithEnv(t, nil, bin, "stats", "--dsn", pgDSN(t, func(u *url.URL) { u.Host = "127.0.0.1:1" }))
 		require.Equal(t, exitError, code)
 		require.Contains(t, stderr, "cannot connect to")
 		require.Contains(t, stderr, "127.0.0.1:1")
@@ -122,7 +102,7 @@ func TestPostgres(t *testing.T) {
 		// This server may trust every login, so an unknown role stands for
 		// a bad password: both are refused logins (28000, 28P01).
 		role := dbtest.Name("nosuchrole")
-		_, stderr, code = runPG(t, nil, bin, "failed", "list", "--dsn",
+		_, stderr, code = runWithEnv(t, nil, bin, "failed", "list", "--dsn",
 			pgDSN(t, func(u *url.URL) { u.User = url.UserPassword(role, "wrong-secret") }))
 		require.Equal(t, exitError, code)
 		require.Contains(t, stderr, "refused the login")
@@ -130,14 +110,14 @@ func TestPostgres(t *testing.T) {
 		require.NotContains(t, stderr, "wrong-secret", "the password is not printed")
 
 		missing := dbtest.Name("nosuchdb")
-		_, stderr, code = runPG(t, []string{"BUNQUEUE_MYSQL_DSN=" + pgDSN(t, func(u *url.URL) { u.Path = "/" + missing })},
+		_, stderr, code = runWithEnv(t, []string{"BUNQUEUE_MYSQL_DSN=" + pgDSN(t, func(u *url.URL) { u.Path = "/" + missing })},
 			bin, "migrate")
 		require.Equal(t, exitError, code)
 		require.Contains(t, stderr, "the server has no")
 		require.Contains(t, stderr, missing)
 		require.Contains(t, stderr, "from BUNQUEUE_MYSQL_DSN")
 
-		_, stderr, code = runPG(t, nil, bin, "stats", "--dsn", "postgres://u:secret@127.0.0.1:notaport/db")
+		_, stderr, code = runWithEnv(t, nil, bin, "stats", "--dsn", "postgres://u:secret@127.0.0.1:notaport/db")
 		require.Equal(t, exitError, code)
 		require.Contains(t, stderr, "not valid")
 		require.NotContains(t, stderr, "secret")
@@ -151,27 +131,27 @@ func TestPostgres(t *testing.T) {
 
 	t.Run("missing tables, then migrate", func(t *testing.T) {
 		for _, args := range [][]string{{"stats"}, {"failed", "list"}, {"failed", "show", "1"}, {"failed", "retry", "1"}} {
-			_, stderr, code := runPG(t, nil, bin, append(args, "--dsn", dsn)...)
+			_, stderr, code := runWithEnv(t, nil, bin, append(args, "--dsn", dsn)...)
 			require.Equal(t, exitError, code, "%v: %s", args, stderr)
 			require.Contains(t, stderr, "run `bunqueue migrate`", "%v", args)
 			require.Contains(t, stderr, name, "%v", args)
 		}
 
-		stdout, stderr, code := runPG(t, nil, bin, "migrate", "--dsn", dsn)
+		stdout, stderr, code := runWithEnv(t, nil, bin, "migrate", "--dsn", dsn)
 		require.Equal(t, exitOK, code, stderr)
 		require.Contains(t, stdout, "from schema version 0 to 1")
 		require.Contains(t, stdout, "PostgreSQL")
-		stdout, stderr, code = runPG(t, nil, bin, "migrate", "--dsn", dsn, "--json")
+		stdout, stderr, code = runWithEnv(t, nil, bin, "migrate", "--dsn", dsn, "--json")
 		require.Equal(t, exitOK, code, stderr)
 		var rep migrateReport
 		require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
 		require.Equal(t, migrateReport{Database: rep.Database, Before: 1, Version: 1}, rep)
 		require.Contains(t, rep.Database, name)
 
-		stdout, stderr, code = runPG(t, nil, bin, "stats", "--dsn", dsn)
+		stdout, stderr, code = runWithEnv(t, nil, bin, "stats", "--dsn", dsn)
 		require.Equal(t, exitOK, code, stderr)
 		require.Contains(t, stdout, "no jobs")
-		stdout, stderr, code = runPG(t, nil, bin, "failed", "list", "--dsn", dsn, "--json")
+		stdout, stderr, code = runWithEnv(t, nil, bin, "failed", "list", "--dsn", dsn, "--json")
 		require.Equal(t, exitOK, code, stderr)
 		require.JSONEq(t, `{"failed_jobs": [], "next_before_id": null}`, stdout)
 	})
@@ -205,7 +185,7 @@ func TestPostgres(t *testing.T) {
 	}
 
 	t.Run("stats", func(t *testing.T) {
-		stdout, stderr, code := runPG(t, nil, bin, "stats", "--dsn", dsn, "--json", "--queue", queue)
+		stdout, stderr, code := runWithEnv(t, nil, bin, "stats", "--dsn", dsn, "--json", "--queue", queue)
 		require.Equal(t, exitOK, code, stderr)
 		var rep statsReport
 		require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
@@ -226,19 +206,19 @@ func TestPostgres(t *testing.T) {
 		_, err := db.ExecContext(ctx, "UPDATE bunqueue_jobs SET run_at = statement_timestamp() - interval '1 hour' "+
 			"WHERE id = (SELECT MIN(id) FROM bunqueue_jobs WHERE queue = ? AND kind = 'pg_cli_a')", queue)
 		require.NoError(t, err)
-		stdout, stderr, code = runPG(t, nil, bin, "stats", "--dsn", dsn, "--json", "--queue", queue)
+		stdout, stderr, code = runWithEnv(t, nil, bin, "stats", "--dsn", dsn, "--json", "--queue", queue)
 		require.Equal(t, exitOK, code, stderr)
 		require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
 		require.NotNil(t, rep.Queues[0].OldestWaitingSeconds)
 		require.InDelta(t, 3600, *rep.Queues[0].OldestWaitingSeconds, 60, stdout)
 
-		stdout, stderr, code = runPG(t, nil, bin, "stats", "--dsn", dsn, "--json", "--queue", queue, "--limit", "2")
+		stdout, stderr, code = runWithEnv(t, nil, bin, "stats", "--dsn", dsn, "--json", "--queue", queue, "--limit", "2")
 		require.Equal(t, exitOK, code, stderr)
 		require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
 		require.True(t, rep.Queues[0].Capped, stdout)
 		require.Equal(t, 2, rep.Queues[0].Waiting+rep.Queues[0].Scheduled, "counted at most --limit jobs")
 
-		stdout, stderr, code = runPG(t, []string{"BUNQUEUE_MYSQL_DSN=" + dsn}, bin, "stats")
+		stdout, stderr, code = runWithEnv(t, []string{"BUNQUEUE_MYSQL_DSN=" + dsn}, bin, "stats")
 		require.Equal(t, exitOK, code, stderr)
 		require.Contains(t, stdout, "OLDEST WAITING")
 		require.Contains(t, stdout, queue)
@@ -246,7 +226,7 @@ func TestPostgres(t *testing.T) {
 	})
 
 	t.Run("failed list pages", func(t *testing.T) {
-		stdout, stderr, code := runPG(t, nil, bin, "failed", "list", "--dsn", dsn, "--json", "--queue", queue, "--limit", "1")
+		stdout, stderr, code := runWithEnv(t, nil, bin, "failed", "list", "--dsn", dsn, "--json", "--queue", queue, "--limit", "1")
 		require.Equal(t, exitOK, code, stderr)
 		var page failedList
 		require.NoError(t, json.Unmarshal([]byte(stdout), &page), stdout)
@@ -257,7 +237,7 @@ func TestPostgres(t *testing.T) {
 		require.Equal(t, time.UTC, page.FailedJobs[0].FailedAt.Location(), "times in UTC")
 		require.WithinDuration(t, now, page.FailedJobs[0].FailedAt, time.Millisecond)
 
-		stdout, stderr, code = runPG(t, nil, bin, "failed", "list", "--dsn", dsn, "--json", "--queue", queue,
+		stdout, stderr, code = runWithEnv(t, nil, bin, "failed", "list", "--dsn", dsn, "--json", "--queue", queue,
 			"--before", strconv.FormatInt(*page.NextBeforeID, 10))
 		require.Equal(t, exitOK, code, stderr)
 		require.NoError(t, json.Unmarshal([]byte(stdout), &page), stdout)
@@ -268,7 +248,7 @@ func TestPostgres(t *testing.T) {
 		require.Equal(t, failed[0].Error, f.Error, "JSON keeps the error as it is")
 		require.JSONEq(t, string(failed[0].Args), string(f.Args))
 
-		stdout, stderr, code = runPG(t, nil, bin, "failed", "list", "--dsn", dsn, "--queue", queue, "--kind", "pg_cli_a")
+		stdout, stderr, code = runWithEnv(t, nil, bin, "failed", "list", "--dsn", dsn, "--queue", queue, "--kind", "pg_cli_a")
 		require.Equal(t, exitOK, code, stderr)
 		require.Contains(t, stdout, strconv.FormatInt(failed[0].ID, 10))
 		require.NotContains(t, stdout, "\x1b", "control characters are escaped for the terminal")
@@ -278,7 +258,7 @@ func TestPostgres(t *testing.T) {
 
 	t.Run("failed show", func(t *testing.T) {
 		id := strconv.FormatInt(failed[0].ID, 10)
-		stdout, stderr, code := runPG(t, nil, bin, "failed", "show", id, "--dsn", dsn)
+		stdout, stderr, code := runWithEnv(t, nil, bin, "failed", "show", id, "--dsn", dsn)
 		require.Equal(t, exitOK, code, stderr)
 		require.NotContains(t, stdout, "\x1b")
 		require.Contains(t, stdout, `{"n":"\u001b[31mred"}`, "the payload byte for byte (its JSON escape is printable)")
@@ -286,7 +266,7 @@ func TestPostgres(t *testing.T) {
 		require.Contains(t, stdout, "25 of 25")
 		require.Contains(t, stdout, now.Format("2006-01-02 15:04:05"), "failed at, in UTC")
 
-		stdout, stderr, code = runPG(t, nil, bin, "failed", "show", "--json", id, "999999999999", "--dsn", dsn)
+		stdout, stderr, code = runWithEnv(t, nil, bin, "failed", "show", "--json", id, "999999999999", "--dsn", dsn)
 		require.Equal(t, exitNotFound, code, stderr)
 		require.Contains(t, stderr, "no failed job with id 999999999999")
 		var shown []failedJob
@@ -296,7 +276,7 @@ func TestPostgres(t *testing.T) {
 	})
 
 	t.Run("failed retry and delete", func(t *testing.T) {
-		stdout, stderr, code := runPG(t, nil, bin, "failed", "retry", "--dsn", dsn, "--json", strconv.FormatInt(failed[0].ID, 10))
+		stdout, stderr, code := runWithEnv(t, nil, bin, "failed", "retry", "--dsn", dsn, "--json", strconv.FormatInt(failed[0].ID, 10))
 		require.Equal(t, exitOK, code, stderr)
 		var res []actionResult
 		require.NoError(t, json.Unmarshal([]byte(stdout), &res), stdout)
@@ -314,21 +294,21 @@ func TestPostgres(t *testing.T) {
 		require.Equal(t, "pg_cli_a", back.Kind)
 		require.Equal(t, failed[0].Args, back.Args, "the payload is back byte for byte")
 
-		stdout, stderr, code = runPG(t, nil, bin, "failed", "retry", "--dsn", dsn, strconv.FormatInt(failed[0].ID, 10))
+		stdout, stderr, code = runWithEnv(t, nil, bin, "failed", "retry", "--dsn", dsn, strconv.FormatInt(failed[0].ID, 10))
 		require.Equal(t, exitNotFound, code, "retried already: %s", stdout)
 		require.Contains(t, stderr, "no failed job with id")
 
-		stdout, stderr, code = runPG(t, nil, bin, "failed", "delete", "--dsn", dsn, strconv.FormatInt(failed[1].ID, 10))
+		stdout, stderr, code = runWithEnv(t, nil, bin, "failed", "delete", "--dsn", dsn, strconv.FormatInt(failed[1].ID, 10))
 		require.Equal(t, exitOK, code, stderr)
 		require.Contains(t, stdout, "deleted failed job")
-		_, _, code = runPG(t, nil, bin, "failed", "delete", "--dsn", dsn, strconv.FormatInt(failed[1].ID, 10))
+		_, _, code = runWithEnv(t, nil, bin, "failed", "delete", "--dsn", dsn, strconv.FormatInt(failed[1].ID, 10))
 		require.Equal(t, exitNotFound, code)
 
 		var left int
 		require.NoError(t, db.NewRaw("SELECT COUNT(*) FROM bunqueue_failed_jobs WHERE queue = ?", queue).Scan(ctx, &left))
 		require.Zero(t, left)
 
-		stdout, stderr, code = runPG(t, nil, bin, "stats", "--dsn", dsn, "--queue", queue, "--json")
+		stdout, stderr, code = runWithEnv(t, nil, bin, "stats", "--dsn", dsn, "--queue", queue, "--json")
 		require.Equal(t, exitOK, code, stderr)
 		var rep statsReport
 		require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
