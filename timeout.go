@@ -33,7 +33,10 @@ func (e *lostTxError) Unwrap() error { return e.err }
 // When the call fails after its context ended, it checks that tx still
 // answers, and returns a *lostTxError if it does not.
 func (q *Queue[T]) call(ctx context.Context, tx bun.Tx, fn func(ctx context.Context) error) error {
-	hctx, cancel := withTimeout(ctx, q.cfg.Timeout)
+	hctx, cancel := ctx, context.CancelFunc(func() {})
+	if q.cfg.Timeout > 0 { // no context per item without one
+		hctx, cancel = context.WithTimeout(ctx, q.cfg.Timeout)
+	}
 	err := fn(hctx)
 	timedOut := errors.Is(hctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 	cancel()
