@@ -385,11 +385,7 @@ func (q *Queue[T]) claim(ctx context.Context, tx bun.Tx, limit int, keys []candi
 		// FORCE INDEX: a claim that walked another index would lock, for
 		// a moment, rows that other workers are about to claim, and make
 		// them skip those.
-		sel := tx.NewSelect().Model(&items)
-		if hint := q.client.dialect.ForcePrimary(); q.byPrimary && hint != "" {
-			sel = sel.ModelTableExpr("?TableName AS ?TableAlias " + hint)
-		}
-		sel = q.onlyKeys(q.query(sel), keys).Limit(int64(len(keys)))
+		sel := q.onlyKeys(q.query(q.byKey(tx.NewSelect().Model(&items))), keys).Limit(int64(len(keys)))
 		if err := sqldialect.Locking(sel, q.client.dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return nil, err
 		}
@@ -419,6 +415,15 @@ func (q *Queue[T]) claim(ctx context.Context, tx bun.Tx, limit int, keys []candi
 	return append(items, more...), nil
 }
 
+// byKey makes sel read the table by its primary key, where the dialect
+// can say so and the model's key is the table's primary key.
+func (q *Queue[T]) byKey(sel *bun.SelectQuery) *bun.SelectQuery {
+	if hint := q.client.dialect.ForcePrimary(); q.byPrimary && hint != "" {
+		return sel.ModelTableExpr("?TableName AS ?TableAlias " + hint)
+	}
+	return sel
+}
+
 // stillQueued re-checks, with one query in tx, which of the items whose
 // outcome is succeeded or recorded still match the queue's query.
 func (q *Queue[T]) stillQueued(ctx context.Context, tx bun.Tx, items []T, outcomes []outcome) ([]bool, error) {
@@ -439,7 +444,12 @@ func (q *Queue[T]) stillQueued(ctx context.Context, tx bun.Tx, items []T, outcom
 	if len(probe) == 0 {
 		return still, nil
 	}
-	err := q.query(tx.NewSelect().Model(&probe)).
+	// By primary key: on the queue's own index, the rows the handlers
+	// just took out of the queue are entries that this transaction
+	// delete-marked, and the server reads through every older version of
+	// them. Measured on MariaDB 10.11 with 50 rows during a run: 9,000 to
+	// 64,000 pages read on the queue's index, 150 by primary key.
+	err := q.query(q.byKey(tx.NewSelect().Model(&probe))).
 		Column(q.pkNames()...).
 		WherePK().
 		Limit(int64(len(probe))).

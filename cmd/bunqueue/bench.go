@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,6 +47,10 @@ type bench struct {
 
 	ceiling map[int]float64   // commit ceiling by concurrency, once measured
 	results map[string]result // the scenarios run so far, by name
+
+	// lastCPU is the CPU per item of the last window measured: the
+	// scenario's, once its ceiling has run.
+	lastCPU struct{ client, server *float64 }
 }
 
 // result is one row of the output table.
@@ -61,7 +66,12 @@ type result struct {
 	P95ms   *float64 `json:"p95_ms,omitempty"`
 	P99ms   *float64 `json:"p99_ms,omitempty"`
 	RSSKiB  int64    `json:"rss_kib"`
-	Note    string   `json:"note,omitempty"`
+	// ClientCPU and ServerCPU are the CPU time, in microseconds per
+	// item, that the measured window cost this process and (when it runs
+	// on this machine) the database server.
+	ClientCPU *float64 `json:"client_cpu_us_per_item,omitempty"`
+	ServerCPU *float64 `json:"server_cpu_us_per_item,omitempty"`
+	Note      string   `json:"note,omitempty"`
 }
 
 // report is what --json prints.
@@ -89,8 +99,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	large := fs.Int("large", 0, fmt.Sprintf("waiting rows of the large-backlog scenarios backlog-1m and memory-1m (default %d)", largeFull))
 	burst := fs.Int("burst", 0, fmt.Sprintf("rows processed by the post-burst scenarios before they measure (default %d, %d with --quick;\n"+
 		"post-burst-held takes at most %d)", burstFull, burstQuick, heldBurstMax))
+	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile of the whole run to `FILE` (go tool pprof reads it)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: bunqueue bench [--quick] [--dsn DSN] [--json] [--duration D] [--only NAMES] [--large N] [--burst N]")
+		fmt.Fprintln(stderr, "Usage: bunqueue bench [--quick] [--dsn DSN] [--json] [--duration D] [--only NAMES] [--large N] [--burst N] [--cpuprofile FILE]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Measures, each for a fixed time, the database's commit ceiling and bunqueue's")
 		fmt.Fprintln(stderr, "throughput and latency, in tables named bench_* and jobs queues named bench_*")
@@ -132,6 +143,14 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitUsage
 	}
 
+	if *cpuProfile != "" {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "bench: --cpuprofile: %v\n", err)
+			return exitError
+		}
+		defer stop()
+	}
 	rep, err := b.run(ctx, selected)
 	if err != nil {
 		fmt.Fprintf(stderr, "bunqueue bench: %v\n", err)
@@ -266,12 +285,16 @@ func (b *bench) run(ctx context.Context, selected []scenario) (*report, error) {
 			}
 			ceiling = c
 		}
+		b.lastCPU.client, b.lastCPU.server = nil, nil
 		r, err := s.run(ctx, b)
 		if err != nil {
 			fmt.Fprintln(b.progress, "failed")
 			return nil, fmt.Errorf("scenario %s: %w", s.name, err)
 		}
 		r.Scenario = s.name
+		if r.ClientCPU == nil && !s.noRatio {
+			r.ClientCPU, r.ServerCPU = b.lastCPU.client, b.lastCPU.server
+		}
 		if r.Concurrency == 0 {
 			r.Concurrency = s.concurrency
 		}
@@ -337,18 +360,19 @@ func (b *bench) measure(ctx context.Context, done *atomic.Int64) (window, error)
 	if err := sleep(ctx, b.warmup); err != nil {
 		return window{}, err
 	}
-	c0, t0 := done.Load(), time.Now()
+	c0, t0, cpu0 := done.Load(), time.Now(), readCPU()
 	if err := sleep(ctx, b.duration); err != nil {
 		return window{}, err
 	}
-	c1, t1 := done.Load(), time.Now()
+	c1, t1, cpu1 := done.Load(), time.Now(), readCPU()
+	b.lastCPU.client, b.lastCPU.server = cpuPerItem(cpu0, cpu1, c1-c0)
 	return window{rate: float64(c1-c0) / t1.Sub(t0).Seconds(), end: c1, rssKiB: readRSS()}, nil
 }
 
 // measureNow measures like measure but without a warm-up, and also the
 // rate of the first second.
 func (b *bench) measureNow(ctx context.Context, done *atomic.Int64) (window, error) {
-	c0, t0 := done.Load(), time.Now()
+	c0, t0, cpu0 := done.Load(), time.Now(), readCPU()
 	firstLen := min(time.Second, b.duration)
 	if err := sleep(ctx, firstLen); err != nil {
 		return window{}, err
@@ -357,7 +381,8 @@ func (b *bench) measureNow(ctx context.Context, done *atomic.Int64) (window, err
 	if err := sleep(ctx, b.duration-firstLen); err != nil {
 		return window{}, err
 	}
-	c2, t2 := done.Load(), time.Now()
+	c2, t2, cpu2 := done.Load(), time.Now(), readCPU()
+	b.lastCPU.client, b.lastCPU.server = cpuPerItem(cpu0, cpu2, c2-c0)
 	return window{
 		rate:   float64(c2-c0) / t2.Sub(t0).Seconds(),
 		first:  float64(c1-c0) / t1.Sub(t0).Seconds(),
@@ -410,7 +435,7 @@ func printTable(w io.Writer, rep *report) {
 		rep.Server, rep.GoVersion, rep.NumCPU, time.Duration(rep.DurationS*float64(time.Second)),
 		time.Duration(rep.WarmupS*float64(time.Second)), rep.StartedUTC)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tconns\titems/s\tceiling/s\t× ceiling\tp50 ms\tp95 ms\tp99 ms\tRSS MiB\t  note")
+	fmt.Fprintln(tw, "scenario\tconns\titems/s\tceiling/s\t× ceiling\tp50 ms\tp95 ms\tp99 ms\tRSS MiB\tµs cpu client+server\t  note")
 	opt := func(v *float64, format string) string {
 		if v == nil {
 			return "-"
@@ -418,10 +443,31 @@ func printTable(w io.Writer, rep *report) {
 		return fmt.Sprintf(format, *v)
 	}
 	for _, r := range rep.Results {
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.1f\t  %s\n",
+		cpu := opt(r.ClientCPU, "%.0f")
+		if r.ClientCPU != nil {
+			cpu += "+" + opt(r.ServerCPU, "%.0f")
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t  %s\n",
 			r.Scenario, r.Concurrency, r.ItemsPerSec, opt(r.Ceiling, "%.0f"), opt(r.Ratio, "%.2f"),
 			opt(r.P50ms, "%.2f"), opt(r.P95ms, "%.2f"), opt(r.P99ms, "%.2f"),
-			float64(r.RSSKiB)/1024, r.Note)
+			float64(r.RSSKiB)/1024, cpu, r.Note)
 	}
 	_ = tw.Flush()
+}
+
+// startCPUProfile starts writing the process's CPU profile to path; stop
+// ends it and closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }

@@ -101,6 +101,27 @@ func (b *bench) tracingOn(ctx context.Context) (result, error) {
 	}
 	note := fmt.Sprintf("SDK: every span sampled, batch span processor to a discarding exporter (%d spans, %.2f per item processed), SDK meters with a manual reader; ",
 		spans.n.Load(), float64(spans.n.Load())/float64(max(st.total, 1))) + st.note(n) +
-		b.versus(st.rate, "of", "tracing off; goal ≥ 0.90", "table-b50")
+		b.versus(st.rate, "of", "tracing off; goal ≥ 0.90", "table-b50") + b.cpuCost("table-b50")
 	return result{ItemsPerSec: st.rate, RSSKiB: st.rssKiB, Note: note}, nil
+}
+
+// cpuCost compares the CPU per item of the window just measured with that
+// of the scenario named base. Tracing costs CPU in this process only; on a
+// machine whose CPUs run both the client and the server flat out, the rate
+// goes as the inverse of the CPU an item costs both, so the client's extra
+// CPU per item, over the two's CPU per item without it, is the rate it
+// costs. That reads through the noise of a shared machine better than the
+// two rates do.
+func (b *bench) cpuCost(base string) string {
+	r, ok := b.results[base]
+	c := b.lastCPU.client
+	if !ok || r.ClientCPU == nil || c == nil {
+		return ""
+	}
+	s := fmt.Sprintf("; client CPU %+.1f µs per item (%.1f → %.1f)", *c-*r.ClientCPU, *r.ClientCPU, *c)
+	if r.ServerCPU != nil {
+		both := *r.ClientCPU + *r.ServerCPU
+		s += fmt.Sprintf(": ×%.2f of %s's rate at its CPU per item, client and server (%.0f µs)", both/(both+*c-*r.ClientCPU), base, both)
+	}
+	return s
 }

@@ -79,6 +79,10 @@ func scenarios() []scenario {
 			run: func(ctx context.Context, b *bench) (result, error) { return b.commitCeiling(ctx, 1) }},
 		{name: "ceiling-16", desc: "raw single-row UPDATE transactions, 16 connections", concurrency: workers, ceiling: true,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.commitCeiling(ctx, workers) }},
+		{name: "write-only", desc: "the queue's write alone: BEGIN; UPDATE bench_items SET status = 'sent' WHERE id = next; COMMIT", concurrency: workers,
+			run: func(ctx context.Context, b *bench) (result, error) { return b.writeOnly(ctx) }},
+		{name: "write-only-jobs", desc: "a job's completion alone: BEGIN; DELETE FROM bunqueue_jobs WHERE id = next; COMMIT", concurrency: workers,
+			run: func(ctx context.Context, b *bench) (result, error) { return b.writeOnlyJobs(ctx) }},
 		{name: "seed-baseline", desc: "seed article: INDEX(status, retry_at), ORDER BY id, pure SQL", concurrency: workers,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.seedBaseline(ctx) }},
 		{name: "table-b1", desc: "any-table queue, BatchSize 1", concurrency: workers,
@@ -269,6 +273,107 @@ func (b *bench) commitCeiling(ctx context.Context, n int) (result, error) {
 		return result{}, err
 	}
 	return result{ItemsPerSec: w.rate, RSSKiB: w.rssKiB, Note: fmt.Sprintf("%d rows per connection, default isolation", perConn)}, nil
+}
+
+// writeOnly is the any-table scenarios' work with nothing of a queue:
+// each of 16 connections marks the next waiting row of bench_items sent in
+// a transaction of its own (BEGIN; the handler's UPDATE; COMMIT), the
+// connections taking interleaved ids at the head, as workers do. It is
+// what one row per transaction could reach if claiming cost nothing, on
+// the queue's own table and index, where the ceiling's counter has none.
+func (b *bench) writeOnly(ctx context.Context) (result, error) {
+	db, err := b.open(ctx, poolSize)
+	if err != nil {
+		return result{}, err
+	}
+	defer db.Close()
+	defer dropTables(db, itemsTable)
+	n := b.backlog(3)
+	if _, err := b.createItems(ctx, db, n); err != nil {
+		return result{}, err
+	}
+	var first int64
+	if err := db.NewRaw("SELECT MIN(id) FROM "+itemsTable).Scan(ctx, &first); err != nil {
+		return result{}, err
+	}
+	var dry atomic.Bool
+	l := startLoops(ctx, db, workers, func(ctx context.Context, conn *sql.Conn, w, i int) (int, error) {
+		id := first + int64(i*workers+w)
+		if id >= first+int64(n) {
+			dry.Store(true)
+			return 0, sleep(ctx, time.Millisecond)
+		}
+		tx, err := conn.BeginTx(ctx, nil)
+		if err != nil {
+			return 0, err
+		}
+		if _, err := tx.ExecContext(ctx, "UPDATE "+itemsTable+" SET status = 'sent' WHERE id = "+strconv.FormatInt(id, 10)); err != nil {
+			_ = tx.Rollback()
+			return 0, err
+		}
+		return 1, tx.Commit()
+	})
+	w, err := b.measure(ctx, &l.done)
+	if werr := l.wait(); err == nil && werr != nil {
+		err = werr
+	}
+	if err != nil {
+		return result{}, err
+	}
+	return result{ItemsPerSec: w.rate, RSSKiB: w.rssKiB, Note: backlogNote(n, "rows pre-inserted", dry.Load()) + ", default isolation"}, nil
+}
+
+// writeOnlyJobs is the jobs scenarios' completion with nothing of a
+// queue: each of 16 connections deletes the next job of a backlog in a
+// transaction of its own, as a lock-mode worker's completion does, on the
+// jobs table and its indexes.
+func (b *bench) writeOnlyJobs(ctx context.Context) (result, error) {
+	db, err := b.open(ctx, poolSize)
+	if err != nil {
+		return result{}, err
+	}
+	defer db.Close()
+	const queue = "bench_write_only"
+	client, cleanup, err := b.jobsClient(ctx, db, queue, bunqueue.JobQueueConfig{})
+	if err != nil {
+		return result{}, err
+	}
+	defer cleanup()
+	n := b.backlog(3)
+	if err := enqueueBacklog(ctx, client, db, queue, n); err != nil {
+		return result{}, err
+	}
+	var first, last int64
+	if err := db.NewRaw("SELECT MIN(id), MAX(id) FROM "+jobsTable+" WHERE queue = ?", queue).Scan(ctx, &first, &last); err != nil {
+		return result{}, err
+	}
+	var dry atomic.Bool
+	l := startLoops(ctx, db, workers, func(ctx context.Context, conn *sql.Conn, w, i int) (int, error) {
+		id := first + int64(i*workers+w)
+		if id > last {
+			dry.Store(true)
+			return 0, sleep(ctx, time.Millisecond)
+		}
+		tx, err := conn.BeginTx(ctx, nil)
+		if err != nil {
+			return 0, err
+		}
+		res, err := tx.ExecContext(ctx, "DELETE FROM "+jobsTable+" WHERE id = "+strconv.FormatInt(id, 10))
+		if err != nil {
+			_ = tx.Rollback()
+			return 0, err
+		}
+		k, _ := res.RowsAffected() // 0 where EnqueueMany's ids left a gap
+		return int(k), tx.Commit()
+	})
+	w, err := b.measure(ctx, &l.done)
+	if werr := l.wait(); err == nil && werr != nil {
+		err = werr
+	}
+	if err != nil {
+		return result{}, err
+	}
+	return result{ItemsPerSec: w.rate, RSSKiB: w.rssKiB, Note: backlogNote(n, "jobs enqueued", dry.Load()) + ", default isolation"}, nil
 }
 
 // seedBaseline is the seed article's loop in plain SQL: one item per
