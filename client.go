@@ -118,11 +118,11 @@ func (c *Client) Start(ctx context.Context) error {
 		total += r.workers
 	}
 	// Each worker holds a connection while it has work, each queue's feed
-	// one while it reads, and the app's own statements need one more; the
-	// probe below needs two.
+	// one for its reads while the queue has work, and the app's own
+	// statements need one more; the probe below needs two.
 	if need := max(total+len(runners)+1, 2); c.db.Stats().MaxOpenConnections > 0 && c.db.Stats().MaxOpenConnections < need {
 		return fmt.Errorf("bunqueue: the connection pool allows %d connections but the queues run %d workers; "+
-			"each worker holds a connection while it has work, each of the %d queues one while it reads, and the app needs more: "+
+			"each worker holds a connection while it has work, each of the %d queues one for its reads, and the app needs more: "+
 			"raise SetMaxOpenConns to at least %d (or 0 for no limit)", c.db.Stats().MaxOpenConnections, total, len(runners), need)
 	}
 	if err := c.dialect.CheckServer(ctx, c.db); err != nil {
@@ -229,9 +229,9 @@ type runner struct {
 	selfSized bool // batches grow and shrink by how long they take
 	poll      time.Duration
 	wake      chan struct{}
-	// fetch reads, without locking, the keys of up to limit waiting rows
-	// in the queue's order.
-	fetch func(ctx context.Context, limit int) ([]candidate, error)
+	// fetch reads on db, without locking, the keys of up to limit waiting
+	// rows in the queue's order.
+	fetch func(ctx context.Context, db bun.IDB, limit int) ([]candidate, error)
 	// run claims those of keys that are still waiting and not locked (or,
 	// with keys nil, up to limit rows at the head of the queue) and
 	// processes them.

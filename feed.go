@@ -2,8 +2,13 @@ package bunqueue
 
 import (
 	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
+
+	"github.com/uptrace/bun"
 
 	"github.com/bunqueue/bunqueue/internal/backoff"
 )
@@ -131,6 +136,8 @@ func (c *Client) fill(ctx context.Context, f *feed) {
 	defer c.workers.Done()
 	r := f.r
 	log := c.cfg.Logger.With("queue", r.name)
+	rd := &reader{db: c.db, setup: c.dialect.ReadSetup()}
+	defer rd.end()
 	failures := 0
 	for {
 		select {
@@ -138,7 +145,7 @@ func (c *Client) fill(ctx context.Context, f *feed) {
 			return
 		default:
 		}
-		found, err := r.fetch(ctx, f.begin())
+		found, err := rd.fetch(ctx, r, f.begin())
 		var wait time.Duration
 		switch {
 		case err != nil && ctx.Err() != nil:
@@ -169,6 +176,9 @@ func (c *Client) fill(ctx context.Context, f *feed) {
 			return
 		case <-r.wake:
 		case <-t.C:
+			// A poll interval without work: keep no connection while
+			// the queue is idle, as the workers do not.
+			rd.end()
 		}
 		t.Stop()
 		// Requests that came while nothing was there are answered by
@@ -177,5 +187,52 @@ func (c *Client) fill(ctx context.Context, f *feed) {
 		case <-f.low:
 		default:
 		}
+	}
+}
+
+// A reader is a feed's connection for its reads, when the dialect has a
+// ReadSetup: a connection of its own, set up once and never handed back
+// to the pool with that setting. Without one, reads go to the pool.
+type reader struct {
+	db    *bun.DB
+	setup string
+	conn  *bun.Conn // nil: none yet, or discarded
+}
+
+// fetch runs r's read on the reader's connection. A connection the server
+// closed while the queue was idle (wait_timeout) is replaced once.
+func (rd *reader) fetch(ctx context.Context, r *runner, limit int) ([]candidate, error) {
+	if rd.setup == "" {
+		return r.fetch(ctx, rd.db, limit)
+	}
+	for attempt := 1; ; attempt++ {
+		if rd.conn == nil {
+			conn, err := rd.db.Conn(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if _, err := conn.ExecContext(ctx, rd.setup); err != nil {
+				discard(&conn)
+				return nil, fmt.Errorf("set up the read's connection: %w", err)
+			}
+			rd.conn = &conn
+		}
+		found, err := r.fetch(ctx, rd.conn, limit)
+		if err != nil {
+			// Its state is unknown: a new read starts on a new connection.
+			rd.end()
+			if errors.Is(err, driver.ErrBadConn) && attempt == 1 && ctx.Err() == nil {
+				continue
+			}
+		}
+		return found, err
+	}
+}
+
+// end closes the reader's connection, out of the pool.
+func (rd *reader) end() {
+	if rd.conn != nil {
+		discard(rd.conn)
+		rd.conn = nil
 	}
 }

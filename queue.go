@@ -309,12 +309,12 @@ func (q *Queue[T]) workInfo(item *T) *WorkInfo {
 	return &WorkInfo{Queue: q.name, Key: id}
 }
 
-// candidates reads, with a plain read that locks nothing, the keys of up
-// to limit rows that match the queue's query, in its order, leaving out
+// candidates reads on db, with a plain read that locks nothing, the keys
+// of up to limit rows that match the queue's query, in its order, leaving out
 // the rows this process is cooling down.
-func (q *Queue[T]) candidates(ctx context.Context, limit int) ([]candidate, error) {
+func (q *Queue[T]) candidates(ctx context.Context, db bun.IDB, limit int) ([]candidate, error) {
 	rows := make([]T, 0, limit)
-	sel := q.query(q.client.db.NewSelect().Model(&rows).Comment(readComment(q.name))).Column(q.pkNames()...).Limit(int64(limit))
+	sel := q.query(db.NewSelect().Model(&rows).Comment(readComment(q.name))).Column(q.pkNames()...).Limit(int64(limit))
 	if err := q.excludeCooling(sel, time.Now()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("bunqueue: queue %q: read waiting rows: %w", q.name, err)
 	}

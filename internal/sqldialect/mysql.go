@@ -150,6 +150,19 @@ func (MySQL) SessionSetup() string {
 	return "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
 }
 
+// ReadSetup implements Dialect: READ UNCOMMITTED. A READ COMMITTED read
+// of a secondary index whose pages changed after its snapshot began (the
+// queue's index, always, under load) must look up each entry's row in the
+// clustered index to see which version is visible: on MariaDB 10.11,
+// during a run of batch claims, 6,500 to 10,000 pages for 3,200 keys. A
+// READ UNCOMMITTED read takes the entries as they are: 20 to 50 pages.
+// The keys it returns may belong to changes not yet committed; each claim
+// locks its rows and checks them against the query again, and skips a
+// row another transaction holds.
+func (MySQL) ReadSetup() string {
+	return "SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED"
+}
+
 // ForcePrimary implements Dialect.
 func (MySQL) ForcePrimary() string { return "FORCE INDEX (PRIMARY)" }
 

@@ -246,6 +246,11 @@ func inChain(err error, f func(error) bool) bool {
 	return false
 }
 
+// ReadSetup implements Dialect: none. PostgreSQL has no dirty reads (its
+// READ UNCOMMITTED is READ COMMITTED), and an index-only scan's
+// visibility check is the visibility map's, not the rows'.
+func (Postgres) ReadSetup() string { return "" }
+
 // SessionSetup implements Dialect. READ COMMITTED is PostgreSQL's default
 // too, unless default_transaction_isolation says otherwise.
 func (Postgres) SessionSetup() string {

@@ -60,6 +60,12 @@ type Dialect interface {
 	// SessionSetup is the statement a worker's own connection runs once,
 	// to make its transactions READ COMMITTED by default; empty for none.
 	SessionSetup() string
+	// ReadSetup is the statement a queue's feed runs once on its own
+	// connection, so that its plain reads of waiting rows (which only
+	// suggest rows: a claim locks each and checks the query again) cost
+	// the server as little as they can; empty for none, and the feed
+	// reads on the pool.
+	ReadSetup() string
 	// ForcePrimary is the table hint, after "table AS alias", that makes a
 	// claim by primary key read the primary key's index; empty for none.
 	ForcePrimary() string

@@ -251,6 +251,9 @@ func (SQLite) Local(err error) bool {
 // IMMEDIATE) holds the write lock, so nothing commits under it.
 func (SQLite) SessionSetup() string { return "" }
 
+// ReadSetup implements Dialect: none; a read sees the last commit.
+func (SQLite) ReadSetup() string { return "" }
+
 // ForcePrimary implements Dialect: none. INDEXED BY needs an index's
 // name, and SQLite reads rows by rowid, or the primary key's index, for
 // a claim's few keys without a hint.
