@@ -26,12 +26,12 @@ type readItem struct {
 func readQueue(table string, runs *sync.Map, workers, batch int) *bunqueue.Queue[readItem] {
 	return bunqueue.NewQueue(table,
 		func(q *bun.SelectQuery) *bun.SelectQuery {
-			return q.ModelTableExpr(table+" AS read_item").Where("status = 'waiting'").Order("id")
+			return q.ModelTableExpr(table + " AS read_item").Where("status = 'waiting'").Order("id")
 		},
 		func(ctx context.Context, tx bun.Tx, it *readItem) error {
 			n, _ := runs.LoadOrStore(it.ID, new(int))
 			*n.(*int)++ // one worker holds the row: no race
-			_, err := tx.NewUpdate().Model(it).ModelTableExpr(table+" AS read_item").Set("status = 'done'").WherePK().Exec(ctx)
+			_, err := tx.NewUpdate().Model(it).ModelTableExpr(table + " AS read_item").Set("status = 'done'").WherePK().Exec(ctx)
 			return err
 		},
 		&bunqueue.QueueConfig[readItem]{Workers: workers, BatchSize: batch, PollInterval: 50 * time.Millisecond})
