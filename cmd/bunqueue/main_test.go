@@ -86,7 +86,8 @@ func TestCommand(t *testing.T) {
 	// table-b50, jobs-lock-b1, jobs-lock-b50).
 	t.Run("bench new scenarios", func(t *testing.T) {
 		only := []string{"backlog-1m", "tracing-on", "table-defaults", "latency-xproc", "jobs-defaults",
-			"post-burst-table", "post-burst-jobs", "memory-1k", "memory-1m", "post-burst-held"}
+			"post-burst-table", "post-burst-jobs", "memory-1k", "memory-1m", "post-burst-held",
+			"write-only", "write-only-b50", "write-only-jobs", "write-only-jobs-b50"}
 		if batchFnScenario != nil {
 			only = append(only, batchFnScenario.name)
 		}
@@ -108,6 +109,14 @@ func TestCommand(t *testing.T) {
 		}
 		require.Contains(t, rows["backlog-1m"].Note, "of table-b1")
 		require.Contains(t, rows["tracing-on"].Note, "of table-b50")
+		require.Contains(t, rows["tracing-on"].Note, "client CPU")
+		// The server runs on this machine: both CPU figures are there.
+		for _, name := range []string{"ceiling-16", "table-b1", "write-only", "write-only-jobs-b50", "tracing-on"} {
+			require.NotNil(t, rows[name].ClientCPU, "%s: no client CPU", name)
+			require.Positive(t, *rows[name].ClientCPU, "%s: client CPU", name)
+			require.NotNil(t, rows[name].ServerCPU, "%s: no server CPU", name)
+		}
+		require.Nil(t, rows["latency-xproc"].ClientCPU, "a rate set by a producer has no CPU per item")
 		require.Contains(t, rows["table-defaults"].Note, "of the best tuned per-item row")
 		require.Contains(t, rows["jobs-defaults"].Note, "of the best tuned lock-mode row")
 		require.NotNil(t, rows["table-defaults"].Ratio, "table-defaults: no ratio to the 16-connection ceiling")

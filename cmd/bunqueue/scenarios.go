@@ -80,9 +80,13 @@ func scenarios() []scenario {
 		{name: "ceiling-16", desc: "raw single-row UPDATE transactions, 16 connections", concurrency: workers, ceiling: true,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.commitCeiling(ctx, workers) }},
 		{name: "write-only", desc: "the queue's write alone: BEGIN; UPDATE bench_items SET status = 'sent' WHERE id = next; COMMIT", concurrency: workers,
-			run: func(ctx context.Context, b *bench) (result, error) { return b.writeOnly(ctx) }},
+			run: func(ctx context.Context, b *bench) (result, error) { return b.writeOnly(ctx, 1) }},
+		{name: "write-only-b50", desc: "the same, 50 rows per transaction: BEGIN; 50 × UPDATE … WHERE id = next; COMMIT", concurrency: workers,
+			run: func(ctx context.Context, b *bench) (result, error) { return b.writeOnly(ctx, 50) }},
 		{name: "write-only-jobs", desc: "a job's completion alone: BEGIN; DELETE FROM bunqueue_jobs WHERE id = next; COMMIT", concurrency: workers,
-			run: func(ctx context.Context, b *bench) (result, error) { return b.writeOnlyJobs(ctx) }},
+			run: func(ctx context.Context, b *bench) (result, error) { return b.writeOnlyJobs(ctx, 1) }},
+		{name: "write-only-jobs-b50", desc: "the same, 50 jobs per transaction: BEGIN; 50 × DELETE … WHERE id = next; COMMIT", concurrency: workers,
+			run: func(ctx context.Context, b *bench) (result, error) { return b.writeOnlyJobs(ctx, 50) }},
 		{name: "seed-baseline", desc: "seed article: INDEX(status, retry_at), ORDER BY id, pure SQL", concurrency: workers,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.seedBaseline(ctx) }},
 		{name: "table-b1", desc: "any-table queue, BatchSize 1", concurrency: workers,
@@ -276,19 +280,20 @@ func (b *bench) commitCeiling(ctx context.Context, n int) (result, error) {
 }
 
 // writeOnly is the any-table scenarios' work with nothing of a queue:
-// each of 16 connections marks the next waiting row of bench_items sent in
-// a transaction of its own (BEGIN; the handler's UPDATE; COMMIT), the
-// connections taking interleaved ids at the head, as workers do. It is
-// what one row per transaction could reach if claiming cost nothing, on
-// the queue's own table and index, where the ceiling's counter has none.
-func (b *bench) writeOnly(ctx context.Context) (result, error) {
+// each of 16 connections marks the next perTx waiting rows of bench_items
+// sent, one UPDATE per row, in a transaction (BEGIN; the handler's
+// UPDATEs; COMMIT), the connections taking interleaved ids at the head,
+// as workers do. It is what a queue with per-row handlers could reach if
+// claiming cost nothing, on the queue's own table and index, where the
+// ceiling's counter has none.
+func (b *bench) writeOnly(ctx context.Context, perTx int) (result, error) {
 	db, err := b.open(ctx, poolSize)
 	if err != nil {
 		return result{}, err
 	}
 	defer db.Close()
 	defer dropTables(db, itemsTable)
-	n := b.backlog(3)
+	n := b.backlog(3 * float64(min(perTx, 2)))
 	if _, err := b.createItems(ctx, db, n); err != nil {
 		return result{}, err
 	}
@@ -297,22 +302,9 @@ func (b *bench) writeOnly(ctx context.Context) (result, error) {
 		return result{}, err
 	}
 	var dry atomic.Bool
-	l := startLoops(ctx, db, workers, func(ctx context.Context, conn *sql.Conn, w, i int) (int, error) {
-		id := first + int64(i*workers+w)
-		if id >= first+int64(n) {
-			dry.Store(true)
-			return 0, sleep(ctx, time.Millisecond)
-		}
-		tx, err := conn.BeginTx(ctx, nil)
-		if err != nil {
-			return 0, err
-		}
-		if _, err := tx.ExecContext(ctx, "UPDATE "+itemsTable+" SET status = 'sent' WHERE id = "+strconv.FormatInt(id, 10)); err != nil {
-			_ = tx.Rollback()
-			return 0, err
-		}
-		return 1, tx.Commit()
-	})
+	l := startLoops(ctx, db, workers, writeLoop(first, first+int64(n)-1, perTx, &dry, func(id int64) string {
+		return "UPDATE " + itemsTable + " SET status = 'sent' WHERE id = " + strconv.FormatInt(id, 10)
+	}))
 	w, err := b.measure(ctx, &l.done)
 	if werr := l.wait(); err == nil && werr != nil {
 		err = werr
@@ -324,10 +316,10 @@ func (b *bench) writeOnly(ctx context.Context) (result, error) {
 }
 
 // writeOnlyJobs is the jobs scenarios' completion with nothing of a
-// queue: each of 16 connections deletes the next job of a backlog in a
-// transaction of its own, as a lock-mode worker's completion does, on the
-// jobs table and its indexes.
-func (b *bench) writeOnlyJobs(ctx context.Context) (result, error) {
+// queue: each of 16 connections deletes the next perTx jobs of a backlog,
+// one DELETE each, in a transaction, as a lock-mode worker's completions
+// do, on the jobs table and its indexes.
+func (b *bench) writeOnlyJobs(ctx context.Context, perTx int) (result, error) {
 	db, err := b.open(ctx, poolSize)
 	if err != nil {
 		return result{}, err
@@ -339,7 +331,7 @@ func (b *bench) writeOnlyJobs(ctx context.Context) (result, error) {
 		return result{}, err
 	}
 	defer cleanup()
-	n := b.backlog(3)
+	n := b.backlog(3 * float64(min(perTx, 2)))
 	if err := enqueueBacklog(ctx, client, db, queue, n); err != nil {
 		return result{}, err
 	}
@@ -348,24 +340,9 @@ func (b *bench) writeOnlyJobs(ctx context.Context) (result, error) {
 		return result{}, err
 	}
 	var dry atomic.Bool
-	l := startLoops(ctx, db, workers, func(ctx context.Context, conn *sql.Conn, w, i int) (int, error) {
-		id := first + int64(i*workers+w)
-		if id > last {
-			dry.Store(true)
-			return 0, sleep(ctx, time.Millisecond)
-		}
-		tx, err := conn.BeginTx(ctx, nil)
-		if err != nil {
-			return 0, err
-		}
-		res, err := tx.ExecContext(ctx, "DELETE FROM "+jobsTable+" WHERE id = "+strconv.FormatInt(id, 10))
-		if err != nil {
-			_ = tx.Rollback()
-			return 0, err
-		}
-		k, _ := res.RowsAffected() // 0 where EnqueueMany's ids left a gap
-		return int(k), tx.Commit()
-	})
+	l := startLoops(ctx, db, workers, writeLoop(first, last, perTx, &dry, func(id int64) string {
+		return "DELETE FROM " + jobsTable + " WHERE id = " + strconv.FormatInt(id, 10)
+	}))
 	w, err := b.measure(ctx, &l.done)
 	if werr := l.wait(); err == nil && werr != nil {
 		err = werr
@@ -374,6 +351,36 @@ func (b *bench) writeOnlyJobs(ctx context.Context) (result, error) {
 		return result{}, err
 	}
 	return result{ItemsPerSec: w.rate, RSSKiB: w.rssKiB, Note: backlogNote(n, "jobs enqueued", dry.Load()) + ", default isolation"}, nil
+}
+
+// writeLoop is the body of the write-only scenarios: in each transaction,
+// worker w runs stmt for the next perTx ids of [first, last] (the workers
+// take interleaved ids), and counts the rows each changed (an id
+// EnqueueMany skipped changes none). Past last, it reports the backlog
+// dry and idles.
+func writeLoop(first, last int64, perTx int, dry *atomic.Bool, stmt func(id int64) string) func(context.Context, *sql.Conn, int, int) (int, error) {
+	return func(ctx context.Context, conn *sql.Conn, w, i int) (int, error) {
+		from := first + int64((i*workers+w)*perTx)
+		if from > last {
+			dry.Store(true)
+			return 0, sleep(ctx, time.Millisecond)
+		}
+		tx, err := conn.BeginTx(ctx, nil)
+		if err != nil {
+			return 0, err
+		}
+		done := 0
+		for id := from; id < from+int64(perTx) && id <= last; id++ {
+			res, err := tx.ExecContext(ctx, stmt(id))
+			if err != nil {
+				_ = tx.Rollback()
+				return 0, err
+			}
+			k, _ := res.RowsAffected()
+			done += int(k)
+		}
+		return done, tx.Commit()
+	}
 }
 
 // seedBaseline is the seed article's loop in plain SQL: one item per
