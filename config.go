@@ -201,7 +201,9 @@ type QueueConfig[T any] struct {
 	// server session is then ended (KILL), which releases the batch's
 	// rows, and the failure is recorded through OnError in a transaction
 	// of its own. A handler that returns nil after its Timeout has
-	// succeeded. A batch handler's call is bounded as a whole. Zero (the
+	// succeeded, unless a statement the timeout cut short (an error it
+	// swallowed) lost its transaction: then it failed as above. A batch
+	// handler's call is bounded as a whole. Zero (the
 	// default) means no timeout. A handler that ignores its context is
 	// not stopped: it holds its worker and its rows until it returns.
 	Timeout time.Duration

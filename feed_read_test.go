@@ -15,26 +15,40 @@ import (
 	"github.com/bunqueue/bunqueue/internal/faultdriver"
 )
 
-type readItem struct {
-	bun.BaseModel `bun:"table:bq_test_read"`
-	ID            int64 `bun:",pk"`
-	Status        string
+// readRow is the columns of the feed tests' tables; each test has its
+// own model over its own table.
+type readRow struct {
+	ID     int64 `bun:",pk"`
+	Status string
 }
 
-// readQueue is a queue over table whose handler marks each row done and
-// counts its runs in runs.
-func readQueue(table string, runs *sync.Map, workers, batch int) *bunqueue.Queue[readItem] {
-	return bunqueue.NewQueue(table,
-		func(q *bun.SelectQuery) *bun.SelectQuery {
-			return q.ModelTableExpr(table + " AS read_item").Where("status = 'waiting'").Order("id")
-		},
-		func(ctx context.Context, tx bun.Tx, it *readItem) error {
-			n, _ := runs.LoadOrStore(it.ID, new(int))
+type readItem struct {
+	bun.BaseModel `bun:"table:bq_test_read"`
+	readRow
+}
+
+type readLostItem struct {
+	bun.BaseModel `bun:"table:bq_test_read_lost"`
+	readRow
+}
+
+type readConnItem struct {
+	bun.BaseModel `bun:"table:bq_test_read_conn"`
+	readRow
+}
+
+// readQueue is a queue over T's table whose handler marks each row done
+// and counts its runs in runs.
+func readQueue[T any](name string, runs *sync.Map, workers, batch int, row func(*T) *readRow) *bunqueue.Queue[T] {
+	return bunqueue.NewQueue(name,
+		func(q *bun.SelectQuery) *bun.SelectQuery { return q.Where("status = 'waiting'").Order("id") },
+		func(ctx context.Context, tx bun.Tx, it *T) error {
+			n, _ := runs.LoadOrStore(row(it).ID, new(int))
 			*n.(*int)++ // one worker holds the row: no race
-			_, err := tx.NewUpdate().Model(it).ModelTableExpr(table + " AS read_item").Set("status = 'done'").WherePK().Exec(ctx)
+			_, err := tx.NewUpdate().Model(it).Set("status = 'done'").WherePK().Exec(ctx)
 			return err
 		},
-		&bunqueue.QueueConfig[readItem]{Workers: workers, BatchSize: batch, PollInterval: 50 * time.Millisecond})
+		&bunqueue.QueueConfig[T]{Workers: workers, BatchSize: batch, PollInterval: 50 * time.Millisecond})
 }
 
 func requireOnce(t *testing.T, runs *sync.Map, rows int) {
@@ -57,7 +71,7 @@ func TestFeedUncommittedRows(t *testing.T) {
 	db := dbtest.Open(t, 0)
 	createTable(t, db, "bq_test_read", "id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL, INDEX (status, id)")
 	var runs sync.Map
-	c := newClient(t, db, readQueue("bq_test_read", &runs, 4, 0))
+	c := newClient(t, db, readQueue("bq_test_read", &runs, 4, 0, func(it *readItem) *readRow { return &it.readRow }))
 	start(t, c)
 
 	ctx := t.Context()
@@ -103,7 +117,7 @@ func TestFeedReadConnectionLost(t *testing.T) {
 	in.Add(faultdriver.Rule{Step: "read", Match: faultdriver.Contains(nil, "bunqueue: read bq_test_read_lost"),
 		Faults: []faultdriver.Fault{faultdriver.DropBefore, faultdriver.DropAfter}, Every: 3})
 	var runs sync.Map
-	c := newClient(t, relFaultDB(t, in, 0), readQueue("bq_test_read_lost", &runs, 4, 5))
+	c := newClient(t, relFaultDB(t, in, 0), readQueue("bq_test_read_lost", &runs, 4, 5, func(it *readLostItem) *readRow { return &it.readRow }))
 	start(t, c)
 	eventually(t, 60*time.Second, func() bool {
 		return count(t, admin, "SELECT COUNT(*) FROM bq_test_read_lost WHERE status = 'done'") == rows
@@ -140,7 +154,7 @@ func TestFeedKeepsItsConnection(t *testing.T) {
 		faultdriver.Rule{Step: "read", Match: faultdriver.Contains(nil, "bunqueue: read bq_test_read_conn"), Faults: never},
 	)
 	var runs sync.Map
-	c := newClient(t, relFaultDB(t, in, 0), readQueue("bq_test_read_conn", &runs, 2, 1))
+	c := newClient(t, relFaultDB(t, in, 0), readQueue("bq_test_read_conn", &runs, 2, 1, func(it *readConnItem) *readRow { return &it.readRow }))
 	start(t, c)
 	eventually(t, 60*time.Second, func() bool {
 		return count(t, admin, "SELECT COUNT(*) FROM bq_test_read_conn WHERE status = 'done'") == rows

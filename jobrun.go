@@ -56,6 +56,13 @@ func (c *Client) jobRunners() []*runner {
 				},
 			})
 		q.trusted = true // completion and failure always take the row out
+		q.complete = func(ctx context.Context, tx bun.Tx, rows []*jobRow) error {
+			ids := make([]int64, len(rows))
+			for i, row := range rows {
+				ids[i] = row.ID
+			}
+			return c.completeJobs(ctx, tx, ids)
+		}
 		q.creator = func(row *jobRow) context.Context { return c.tel.extract(row.TraceContext) }
 		q.attrs = func(row *jobRow) []attribute.KeyValue {
 			return []attribute.KeyValue{AttrKind.String(row.Kind), AttrAttempt.Int(row.Attempts + 1)}
@@ -102,22 +109,17 @@ func (c *Client) jobDepth(queue string) func(ctx context.Context, limit int) (in
 	}
 }
 
-// runLocked runs a job in lock mode, inside the claim transaction, and
-// completes it there. ctx carries the queue's Timeout: a completion after
-// it fails the attempt.
+// runLocked runs a job in lock mode, inside the claim transaction. ctx
+// carries the queue's Timeout. The batch completes the jobs whose workers
+// returned nil, in one statement before it commits (Queue.complete).
 func (c *Client) runLocked(ctx context.Context, tx bun.Tx, row *jobRow, h hooks) error {
 	run := c.kinds[row.Kind]
-	err := h.run(ctx, func() *WorkInfo { return row.workInfo(row.Attempts + 1) }, func() error {
+	return h.run(ctx, func() *WorkInfo { return row.workInfo(row.Attempts + 1) }, func() error {
 		if run == nil {
 			return errNoWorker(row.Kind)
 		}
 		return run(ctx, tx, row, row.Attempts+1)
 	})
-	if err != nil {
-		return err
-	}
-	_, err = c.completeJob(ctx, tx, row.ID, "")
-	return err
 }
 
 func errNoWorker(kind string) error {
@@ -135,6 +137,18 @@ func (c *Client) completeJob(ctx context.Context, db bun.IDB, id int64, token st
 		args = append([]any{jobCompleted}, args...)
 	}
 	return affected(db.NewRaw(q, args...).Exec(ctx))
+}
+
+// completeJobs completes the jobs of ids, as completeJob does one, in one
+// statement: the completion of a lock-mode batch, whose rows it holds.
+func (c *Client) completeJobs(ctx context.Context, db bun.IDB, ids []int64) error {
+	if c.cfg.Retention > 0 {
+		_, err := db.NewRaw("UPDATE bunqueue_jobs SET state = ?, completed_at = "+c.dialect.Now()+
+			", unique_key = NULL, lease_token = NULL, last_error = NULL WHERE id IN (?)", jobCompleted, bun.List(ids)).Exec(ctx)
+		return err
+	}
+	_, err := db.NewRaw("DELETE FROM bunqueue_jobs WHERE id IN (?)", bun.List(ids)).Exec(ctx)
+	return err
 }
 
 // failJob records a failed attempt of a job: a snooze reschedules it

@@ -54,6 +54,10 @@ type Queue[T any] struct {
 	creator  func(item *T) context.Context
 	attrs    func(item *T) []attribute.KeyValue
 	outcomeF func(item *T, cause error) string
+	// complete, if set, takes the items whose handlers succeeded out of
+	// the queue, in one statement, before the batch commits: their
+	// handlers leave that to it.
+	complete func(ctx context.Context, tx bun.Tx, items []*T) error
 
 	hooks hooks // set by Client.Add
 

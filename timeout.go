@@ -40,8 +40,17 @@ func (q *Queue[T]) call(ctx context.Context, tx bun.Tx, fn func(ctx context.Cont
 	err := fn(hctx)
 	timedOut := errors.Is(hctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 	cancel()
-	if err == nil || ctx.Err() != nil {
+	if ctx.Err() != nil || err == nil && !timedOut {
 		return err
+	}
+	if err == nil {
+		// It returned nil after its Timeout: it succeeded, unless a
+		// statement the timeout cut short (an error the handler
+		// swallowed) took its transaction down, and its work with it.
+		if q.client.dialect.TxLost(ctx, tx) {
+			return &lostTxError{err: fmt.Errorf("timed out after %s: %w; the handler returned nil", q.cfg.Timeout, context.DeadlineExceeded)}
+		}
+		return nil
 	}
 	if timedOut {
 		err = fmt.Errorf("timed out after %s: %w", q.cfg.Timeout, err)

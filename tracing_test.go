@@ -848,7 +848,7 @@ func TestTracingSQLSpansNestUnderProcessSpan(t *testing.T) {
 			"BEGIN":              `^BEGIN$`,
 			"the claim":          `^SELECT .*bunqueue_jobs.*FOR (NO KEY )?UPDATE SKIP LOCKED`,
 			"the worker's write": `^UPDATE bq_test_trace_sql_jobs SET n = n \+ 1`,
-			"the job's deletion": `^DELETE FROM bunqueue_jobs WHERE id = ` + id,
+			"the job's deletion": `^DELETE FROM bunqueue_jobs WHERE id IN \(` + id + `\)`,
 			"COMMIT":             `^COMMIT$`,
 		})
 	})

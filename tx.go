@@ -295,6 +295,7 @@ func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []c
 
 	now := time.Now()
 	var succeededKeys []string
+	var completed []*T
 	for i := range items {
 		key, id := q.key(&items[i])
 		undone := firstBad >= 0 && i >= firstBad
@@ -310,6 +311,7 @@ func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []c
 		case outcomes[i] == succeeded:
 			it.outcome = outcomeCompleted
 			succeededKeys = append(succeededKeys, id)
+			completed = append(completed, &items[i])
 			continue
 		case outcomes[i] == recorded && !undone && !still[i]:
 			ie.Recorded = true
@@ -325,6 +327,12 @@ func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []c
 		res.itemErrs = append(res.itemErrs, ie)
 	}
 
+	if q.complete != nil && len(completed) > 0 && !committed {
+		if err := q.complete(ctx, tx, completed); err != nil {
+			res.err = fmt.Errorf("bunqueue: queue %q: complete: %w", q.name, err)
+			return res
+		}
+	}
 	if !committed {
 		if err := tx.Commit(); err != nil {
 			committed = true // database/sql has ended the transaction either way
