@@ -70,7 +70,8 @@ func (f *failures) of(id int64) []error {
 // ended at once (no waiting for the statement), and OnError records the
 // failure in a transaction of its own. One that waits for its context
 // fails as any handler does. One that returns nil after its Timeout has
-// succeeded. The other rows flow.
+// succeeded, unless its transaction was lost (it swallowed the error of a
+// statement the timeout cut short). The other rows flow.
 func TestQueueTimeout(t *testing.T) {
 	t.Parallel()
 	db := dbtest.Open(t, 0)
@@ -93,6 +94,8 @@ func TestQueueTimeout(t *testing.T) {
 			return ctx.Err()
 		case 6: // ignores its context, returns nil late
 			time.Sleep(2 * timeout)
+		case 8: // hangs in SQL, swallows the error, returns nil
+			_, _ = tx.ExecContext(ctx, dbtest.Sleep(60)+" /* "+timeoutMarker+" */")
 		}
 		return nil
 	}, &bunqueue.QueueConfig[timeoutItem]{
@@ -111,7 +114,7 @@ func TestQueueTimeout(t *testing.T) {
 	require.NoError(t, db.NewSelect().Model(&rows).Order("id").Scan(t.Context()))
 	for _, r := range rows {
 		want := "done"
-		if r.ID == 2 || r.ID == 4 {
+		if r.ID == 2 || r.ID == 4 || r.ID == 8 {
 			want = "failed"
 			require.Equal(t, 1, r.Attempts, "row %d failed once", r.ID)
 			causes := failed.of(r.ID)
@@ -122,6 +125,7 @@ func TestQueueTimeout(t *testing.T) {
 		require.Equal(t, want, r.Status, "row %d", r.ID)
 	}
 	require.Contains(t, failed.of(2)[0].Error(), "transaction was lost")
+	require.Contains(t, failed.of(8)[0].Error(), "transaction was lost", "nil from a handler whose transaction is gone is no success")
 	eventually(t, 5*time.Second, func() bool { return sleeping(t, db, timeoutMarker) == 0 }, "the hung statement's session was ended")
 }
 
