@@ -321,7 +321,7 @@ func (c *Client) work(ctx context.Context, r *runner, f *feed) {
 			c.endSession(ctx, s)
 		}
 		s.failed(res.err)
-		f.finish(keys)
+		f.finish(keys, res)
 		if r.selfSized && res.err == nil {
 			size = resize(size, len(keys), time.Since(began), r.batch)
 		}

@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -36,12 +37,21 @@ type feed struct {
 	window int // how many new rows one read tries to find
 
 	mu     sync.Mutex
-	ready  []candidate         // read, not yet taken
-	busy   map[string]struct{} // ready or taken, not yet finished
-	late   map[string]struct{} // finished since the current read began
-	filled chan struct{}       // closed when ready gets rows; then replaced
-	low    chan struct{}       // cap 1: a worker found ready short: read again
+	ready  []candidate          // read, not yet taken
+	busy   map[string]struct{}  // ready or taken, not yet finished
+	late   map[string]struct{}  // finished since the current read began
+	held   map[string]time.Time // found locked by a claim, and when
+	filled chan struct{}        // closed when ready gets rows; then replaced
+	low    chan struct{}        // cap 1: a worker found ready short: read again
 }
+
+// minReadAhead is the fewest keys per worker one read of the feed looks
+// for. Two rounds of batches are few with batches of one: on a loaded
+// 2-core machine a read waits its turn for the CPU for tens of
+// milliseconds, and 16 workers at one row per transaction had emptied the
+// feed by then and waited for it (PostgreSQL, 0.14 of the commit
+// ceiling).
+const minReadAhead = 16
 
 // readComment tags a feed's read, so that it can be told apart in the
 // server's process list and slow log.
@@ -50,9 +60,10 @@ func readComment(queue string) string { return "bunqueue: read " + queue }
 func newFeed(r *runner) *feed {
 	return &feed{
 		r:      r,
-		window: 2 * r.workers * r.batch,
+		window: max(2*r.workers*r.batch, minReadAhead*r.workers),
 		busy:   map[string]struct{}{},
 		late:   map[string]struct{}{},
+		held:   map[string]time.Time{},
 		filled: make(chan struct{}),
 		low:    make(chan struct{}, 1),
 	}
@@ -61,7 +72,7 @@ func newFeed(r *runner) *feed {
 // take removes up to n rows from ready, at most a fair share of them for
 // each worker, and returns them; if ready had none it returns a channel
 // that is closed when it has. It asks fill to read again when fewer than
-// one round of batches is left.
+// half a read's window is left.
 func (f *feed) take(n int) ([]candidate, <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -69,7 +80,7 @@ func (f *feed) take(n int) ([]candidate, <-chan struct{}) {
 	k := min(n, share)
 	got := f.ready[:k:k]
 	f.ready = f.ready[k:]
-	if len(f.ready) < f.r.workers*f.r.batch {
+	if len(f.ready) < f.window/2 {
 		select {
 		case f.low <- struct{}{}:
 		default:
@@ -81,13 +92,35 @@ func (f *feed) take(n int) ([]candidate, <-chan struct{}) {
 	return got, nil
 }
 
+// heldFor is how long the feed leaves alone a row that a claim found
+// locked by another transaction (another process's worker, or an insert
+// not yet committed, which the read may see at READ UNCOMMITTED), unless
+// a commit in this process wakes the feed first. Without it, a queue whose
+// only waiting rows are held elsewhere would read and claim them again and
+// again, finding them locked each time.
+const heldFor = 100 * time.Millisecond
+
 // finish marks rows no longer busy: a later read may hand them out again.
-func (f *feed) finish(keys []candidate) {
+// Those of them that res, the batch's result, did not lock (held by
+// another transaction, or gone) are held for heldFor.
+func (f *feed) finish(keys []candidate, res batchResult) {
+	now := time.Now()
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	for _, k := range keys {
 		delete(f.busy, k.id)
 		f.late[k.id] = struct{}{}
+		if res.err == nil && !slices.Contains(res.got, k.id) {
+			f.held[k.id] = now
+		}
 	}
+}
+
+// release forgets the held rows: a commit in this process may have
+// released them.
+func (f *feed) release() {
+	f.mu.Lock()
+	clear(f.held)
 	f.mu.Unlock()
 }
 
@@ -104,6 +137,9 @@ func (f *feed) add(found []candidate) int {
 		if _, ok := f.late[k.id]; ok {
 			// Finished while the read ran: it may have seen the row
 			// before the commit that took it out of the queue.
+			continue
+		}
+		if _, ok := f.held[k.id]; ok {
 			continue
 		}
 		f.busy[k.id] = struct{}{}
@@ -125,7 +161,12 @@ func (f *feed) begin() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	clear(f.late)
-	return len(f.busy) + f.window
+	for id, at := range f.held {
+		if time.Since(at) >= heldFor {
+			delete(f.held, id)
+		}
+	}
+	return len(f.busy) + len(f.held) + f.window
 }
 
 // fill reads waiting rows into ready whenever the workers run short, and
@@ -175,6 +216,7 @@ func (c *Client) fill(ctx context.Context, f *feed) {
 			t.Stop()
 			return
 		case <-r.wake:
+			f.release()
 		case <-t.C:
 			// A poll interval without work: keep no connection while
 			// the queue is idle, as the workers do not.

@@ -64,7 +64,8 @@ func relStepRules(w *relWorkload) []faultdriver.Rule {
 	rules := []faultdriver.Rule{
 		{Step: "begin", Match: relIsOp(faultdriver.OpBegin), Faults: conn, Every: 20},
 		{Step: "commit", Match: relIsOp(faultdriver.OpCommit), Faults: []faultdriver.Fault{faultdriver.Deadlock, faultdriver.DropBefore, faultdriver.DropAfter}, Every: 12},
-		{Step: "read", Match: faultdriver.Contains(relOpQuery, "bunqueue: read"), Faults: all, Every: 8},
+		// The feed reads far ahead (16 keys a worker at least): few reads.
+		{Step: "read", Match: faultdriver.Contains(relOpQuery, "bunqueue: read"), Faults: all, Every: 3},
 		{Step: "claim", Match: faultdriver.Contains(relOpQuery, "SKIP LOCKED"), Faults: all, Every: 12},
 		{Step: "handler write", Match: faultdriver.Contains(relOpExec, "INSERT INTO "+relQuoted(w.effects)), Faults: all, Every: 16},
 	}

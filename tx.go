@@ -25,10 +25,11 @@ const txAttempts = 8
 
 // batchResult is what one claim transaction did.
 type batchResult struct {
-	claimed  int     // rows locked by the claim
-	done     int     // rows processed and committed
-	itemErrs []error // one *ItemError per failed row
-	err      error   // what kept the batch from committing
+	claimed  int      // rows locked by the claim
+	got      []string // the ids of the rows locked by the claim
+	done     int      // rows processed and committed
+	itemErrs []error  // one *ItemError per failed row
+	err      error    // what kept the batch from committing
 	// oneByOne are rows to claim again one per transaction: the batch
 	// handler's call timed out and took the transaction down with it.
 	oneByOne []candidate
@@ -64,6 +65,7 @@ func (q *Queue[T]) runOneByOne(ctx context.Context, s *session, keys []candidate
 	for _, k := range keys {
 		r := q.runBatch(ctx, s, 1, []candidate{k})
 		all.claimed += r.claimed
+		all.got = append(all.got, r.got...)
 		all.done += r.done
 		all.itemErrs = append(all.itemErrs, r.itemErrs...)
 		all.err = errors.Join(all.err, r.err)
@@ -161,6 +163,10 @@ func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []c
 		return res
 	}
 	res.claimed = len(items)
+	res.got = make([]string, len(items))
+	for i := range items {
+		_, res.got[i] = q.key(&items[i])
+	}
 	tel.claimed(ctx, batchSpan, q.name, len(items), began)
 	if len(items) == 0 {
 		return res
