@@ -301,18 +301,9 @@ func (b *bench) writeOnly(ctx context.Context, perTx int) (result, error) {
 	if err := db.NewRaw("SELECT MIN(id) FROM "+itemsTable).Scan(ctx, &first); err != nil {
 		return result{}, err
 	}
-	var dry atomic.Bool
-	l := startLoops(ctx, db, workers, writeLoop(first, first+int64(n)-1, perTx, &dry, func(id int64) string {
+	return b.measureWrites(ctx, db, first, first+int64(n)-1, perTx, func(id int64) string {
 		return "UPDATE " + itemsTable + " SET status = 'sent' WHERE id = " + strconv.FormatInt(id, 10)
-	}))
-	w, err := b.measure(ctx, &l.done)
-	if werr := l.wait(); err == nil && werr != nil {
-		err = werr
-	}
-	if err != nil {
-		return result{}, err
-	}
-	return result{ItemsPerSec: w.rate, RSSKiB: w.rssKiB, Note: backlogNote(n, "rows pre-inserted", dry.Load()) + ", default isolation"}, nil
+	}, func(dry bool) string { return backlogNote(n, "rows pre-inserted", dry) })
 }
 
 // writeOnlyJobs is the jobs scenarios' completion with nothing of a
@@ -339,10 +330,16 @@ func (b *bench) writeOnlyJobs(ctx context.Context, perTx int) (result, error) {
 	if err := db.NewRaw("SELECT MIN(id), MAX(id) FROM "+jobsTable+" WHERE queue = ?", queue).Scan(ctx, &first, &last); err != nil {
 		return result{}, err
 	}
-	var dry atomic.Bool
-	l := startLoops(ctx, db, workers, writeLoop(first, last, perTx, &dry, func(id int64) string {
+	return b.measureWrites(ctx, db, first, last, perTx, func(id int64) string {
 		return "DELETE FROM " + jobsTable + " WHERE id = " + strconv.FormatInt(id, 10)
-	}))
+	}, func(dry bool) string { return backlogNote(n, "jobs enqueued", dry) })
+}
+
+// measureWrites runs writeLoop over [first, last] on 16 connections of db
+// and measures it; note describes the backlog, given whether it ran dry.
+func (b *bench) measureWrites(ctx context.Context, db *bun.DB, first, last int64, perTx int, stmt func(id int64) string, note func(dry bool) string) (result, error) {
+	var dry atomic.Bool
+	l := startLoops(ctx, db, workers, writeLoop(first, last, perTx, &dry, stmt))
 	w, err := b.measure(ctx, &l.done)
 	if werr := l.wait(); err == nil && werr != nil {
 		err = werr
@@ -350,7 +347,7 @@ func (b *bench) writeOnlyJobs(ctx context.Context, perTx int) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	return result{ItemsPerSec: w.rate, RSSKiB: w.rssKiB, Note: backlogNote(n, "jobs enqueued", dry.Load()) + ", default isolation"}, nil
+	return result{ItemsPerSec: w.rate, RSSKiB: w.rssKiB, Note: note(dry.Load()) + ", default isolation"}, nil
 }
 
 // writeLoop is the body of the write-only scenarios: in each transaction,
