@@ -67,8 +67,14 @@
 // plain SELECT that locks nothing (tagged /* bunqueue: read <queue> */),
 // when the workers run short, at a wake-up ([Client.QueryHook]) or after
 // [QueueConfig.PollInterval]; an idle queue costs one such read per poll.
+// On MySQL and MariaDB it reads at READ UNCOMMITTED, on a connection of
+// its own while the queue has work: a READ COMMITTED read of an index that
+// the workers keep changing looks up every entry's row to find the version
+// it may see. The read only suggests rows; the claim below checks them.
 // It hands each key to one worker of this process until that worker is
-// done with it. Each worker then repeats one transaction:
+// done with it, and leaves a row the claim found locked by another
+// transaction alone for a moment. Each worker then repeats one
+// transaction:
 //
 //   - BEGIN at READ COMMITTED. A worker keeps its connection while work
 //     comes, with READ COMMITTED set once for the session, and discards it
