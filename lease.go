@@ -58,6 +58,10 @@ func (l *leaseRunner) run(ctx context.Context, _ *session, limit int, keys []can
 		res.err = fmt.Errorf("bunqueue: queue %q: lease: %w", l.queue, err)
 		return res
 	}
+	res.got = make([]string, len(rows))
+	for i := range rows {
+		_, res.got[i] = l.jobs.key(&rows[i])
+	}
 	if len(rows) == 0 {
 		return res
 	}
