@@ -131,24 +131,27 @@ func errNoWorker(kind string) error {
 // with it is completed. It reports whether it changed the job.
 func (c *Client) completeJob(ctx context.Context, db bun.IDB, id int64, token string) (bool, error) {
 	where, args := jobWhere(id, token)
-	q := "DELETE FROM bunqueue_jobs WHERE " + where
-	if c.cfg.Retention > 0 {
-		q = "UPDATE bunqueue_jobs SET state = ?, completed_at = " + c.dialect.Now() + ", unique_key = NULL, lease_token = NULL, last_error = NULL WHERE " + where
-		args = append([]any{jobCompleted}, args...)
-	}
-	return affected(db.NewRaw(q, args...).Exec(ctx))
+	stmt, lead := c.completion()
+	return affected(db.NewRaw(stmt+where, append(lead, args...)...).Exec(ctx))
 }
 
 // completeJobs completes the jobs of ids, as completeJob does one, in one
 // statement: the completion of a lock-mode batch, whose rows it holds.
 func (c *Client) completeJobs(ctx context.Context, db bun.IDB, ids []int64) error {
-	if c.cfg.Retention > 0 {
-		_, err := db.NewRaw("UPDATE bunqueue_jobs SET state = ?, completed_at = "+c.dialect.Now()+
-			", unique_key = NULL, lease_token = NULL, last_error = NULL WHERE id IN (?)", jobCompleted, bun.List(ids)).Exec(ctx)
-		return err
-	}
-	_, err := db.NewRaw("DELETE FROM bunqueue_jobs WHERE id IN (?)", bun.List(ids)).Exec(ctx)
+	stmt, lead := c.completion()
+	_, err := db.NewRaw(stmt+"id IN (?)", append(lead, bun.List(ids))...).Exec(ctx)
 	return err
+}
+
+// completion returns the statement that completes the jobs its WHERE
+// clause (to be appended) picks, and its arguments before the clause's: a
+// DELETE, or with Config.Retention an UPDATE to completed.
+func (c *Client) completion() (string, []any) {
+	if c.cfg.Retention > 0 {
+		return "UPDATE bunqueue_jobs SET state = ?, completed_at = " + c.dialect.Now() +
+			", unique_key = NULL, lease_token = NULL, last_error = NULL WHERE ", []any{jobCompleted}
+	}
+	return "DELETE FROM bunqueue_jobs WHERE ", nil
 }
 
 // failJob records a failed attempt of a job: a snooze reschedules it

@@ -303,7 +303,7 @@ func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []c
 	var succeededKeys []string
 	var completed []*T
 	for i := range items {
-		key, id := q.key(&items[i])
+		id := res.got[i]
 		undone := firstBad >= 0 && i >= firstBad
 		ie := &ItemError{Queue: q.name, Key: id, Err: causes[i]}
 		it := spans[i]
@@ -329,6 +329,7 @@ func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []c
 			ie.Err = fmt.Errorf("%w (recorded by OnError, but the row still matches the queue query)", causes[i])
 			it.outcome = outcomeFailed
 		}
+		key, _ := q.key(&items[i])
 		ie.Cooldown = q.cool.Add(id, key, now)
 		res.itemErrs = append(res.itemErrs, ie)
 	}
