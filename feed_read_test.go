@@ -39,7 +39,7 @@ type readConnItem struct {
 
 // readQueue is a queue over T's table whose handler marks each row done
 // and counts its runs in runs.
-func readQueue[T any](name string, runs *sync.Map, workers, batch int, row func(*T) *readRow) *bunqueue.Queue[T] {
+func readQueue[T any](name string, runs *sync.Map, workers, batch int, poll time.Duration, row func(*T) *readRow) *bunqueue.Queue[T] {
 	return bunqueue.NewQueue(name,
 		func(q *bun.SelectQuery) *bun.SelectQuery { return q.Where("status = 'waiting'").Order("id") },
 		func(ctx context.Context, tx bun.Tx, it *T) error {
@@ -48,7 +48,7 @@ func readQueue[T any](name string, runs *sync.Map, workers, batch int, row func(
 			_, err := tx.NewUpdate().Model(it).Set("status = 'done'").WherePK().Exec(ctx)
 			return err
 		},
-		&bunqueue.QueueConfig[T]{Workers: workers, BatchSize: batch, PollInterval: 50 * time.Millisecond})
+		&bunqueue.QueueConfig[T]{Workers: workers, BatchSize: batch, PollInterval: poll})
 }
 
 func requireOnce(t *testing.T, runs *sync.Map, rows int) {
@@ -71,7 +71,7 @@ func TestFeedUncommittedRows(t *testing.T) {
 	db := dbtest.Open(t, 0)
 	createTable(t, db, "bq_test_read", "id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL, INDEX (status, id)")
 	var runs sync.Map
-	c := newClient(t, db, readQueue("bq_test_read", &runs, 4, 0, func(it *readItem) *readRow { return &it.readRow }))
+	c := newClient(t, db, readQueue("bq_test_read", &runs, 4, 0, 50*time.Millisecond, func(it *readItem) *readRow { return &it.readRow }))
 	start(t, c)
 
 	ctx := t.Context()
@@ -117,7 +117,7 @@ func TestFeedReadConnectionLost(t *testing.T) {
 	in.Add(faultdriver.Rule{Step: "read", Match: faultdriver.Contains(nil, "bunqueue: read bq_test_read_lost"),
 		Faults: []faultdriver.Fault{faultdriver.DropBefore, faultdriver.DropAfter}, Every: 3})
 	var runs sync.Map
-	c := newClient(t, relFaultDB(t, in, 0), readQueue("bq_test_read_lost", &runs, 4, 5, func(it *readLostItem) *readRow { return &it.readRow }))
+	c := newClient(t, relFaultDB(t, in, 0), readQueue("bq_test_read_lost", &runs, 4, 5, 50*time.Millisecond, func(it *readLostItem) *readRow { return &it.readRow }))
 	start(t, c)
 	eventually(t, 60*time.Second, func() bool {
 		return count(t, admin, "SELECT COUNT(*) FROM bq_test_read_lost WHERE status = 'done'") == rows
@@ -154,7 +154,12 @@ func TestFeedKeepsItsConnection(t *testing.T) {
 		faultdriver.Rule{Step: "read", Match: faultdriver.Contains(nil, "bunqueue: read bq_test_read_conn"), Faults: never},
 	)
 	var runs sync.Map
-	c := newClient(t, relFaultDB(t, in, 0), readQueue("bq_test_read_conn", &runs, 2, 1, func(it *readConnItem) *readRow { return &it.readRow }))
+	// The feed lets its connection go after a read that found nothing new
+	// and a poll interval without a wake-up. With the other tests' 50 ms,
+	// a loaded machine made that happen between busy reads (3 set-ups for
+	// 13 reads, once in a full run here): a second leaves only what the
+	// test is about.
+	c := newClient(t, relFaultDB(t, in, 0), readQueue("bq_test_read_conn", &runs, 2, 1, time.Second, func(it *readConnItem) *readRow { return &it.readRow }))
 	start(t, c)
 	eventually(t, 60*time.Second, func() bool {
 		return count(t, admin, "SELECT COUNT(*) FROM bq_test_read_conn WHERE status = 'done'") == rows
