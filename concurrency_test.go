@@ -105,3 +105,90 @@ func testExactlyOnce(t *testing.T, batch int) {
 	perClient := count(t, db, "SELECT COUNT(DISTINCT client) FROM bq_test_once_effect")
 	require.Equal(t, clients, perClient, "every client took part")
 }
+
+type retriedItem struct {
+	bun.BaseModel `bun:"table:bq_test_retried"`
+	ID            int64 `bun:",pk"`
+	Status        string
+	Attempts      int
+	RetryAt       *time.Time
+}
+
+// TestFailuresAcrossClients runs three clients with their own pools, four
+// workers each, one row per transaction, over rows a third of which fail
+// once. A failing handler writes its effect first (UNIQUE on the item):
+// the failure must undo it. OnError records the failure (attempts + 1,
+// a retry in 50 ms) while the row is still locked, so no other
+// client can run the row again before its failure is recorded: every
+// failing row fails once and is recorded once. Nothing may be lost,
+// nothing done twice, and no row held by two handlers at once.
+func TestFailuresAcrossClients(t *testing.T) {
+	const (
+		items   = 900
+		clients = 3
+		workers = 4
+	)
+	db := dbtest.Open(t, 0)
+	createTable(t, db, "bq_test_retried", "id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL DEFAULT 'waiting', attempts INT NOT NULL DEFAULT 0, retry_at DATETIME(6) NULL, INDEX (status, id)")
+	createTable(t, db, "bq_test_retried_effect", "item_id BIGINT NOT NULL, UNIQUE KEY (item_id)")
+	var vals []string
+	for id := 1; id <= items; id++ {
+		vals = append(vals, fmt.Sprintf("(%d)", id))
+	}
+	dbtest.Exec(t, db, "INSERT INTO bq_test_retried (id) VALUES "+strings.Join(vals, ","))
+
+	var (
+		calls, failed, recorded, overlaps, handlerErrs atomic.Int64
+		inFlight                                       sync.Map
+	)
+	query := func(q *bun.SelectQuery) *bun.SelectQuery {
+		return q.Where("status = 'waiting'").Where("retry_at IS NULL OR retry_at <= " + nowSQL(q)).Order("id")
+	}
+	var cs []*bunqueue.Client
+	for range clients {
+		q := bunqueue.NewQueue("retried", query, func(ctx context.Context, tx bun.Tx, it *retriedItem) error {
+			calls.Add(1)
+			if _, busy := inFlight.LoadOrStore(it.ID, true); busy {
+				overlaps.Add(1)
+			}
+			defer inFlight.Delete(it.ID)
+			if _, err := tx.ExecContext(ctx, "INSERT INTO bq_test_retried_effect (item_id) VALUES (?)", it.ID); err != nil {
+				handlerErrs.Add(1) // a failed attempt's effect was not undone
+				return err
+			}
+			if it.ID%3 == 0 && it.Attempts == 0 {
+				failed.Add(1)
+				return fmt.Errorf("item %d: first attempt fails", it.ID)
+			}
+			_, err := tx.NewUpdate().Model(it).Set("status = 'done'").WherePK().Exec(ctx)
+			return err
+		}, &bunqueue.QueueConfig[retriedItem]{Workers: workers, BatchSize: 1,
+			OnError: func(ctx context.Context, tx bun.Tx, it *retriedItem, _ error) error {
+				_, err := tx.NewUpdate().Model(it).Set("attempts = attempts + 1").
+					Set("retry_at = " + plusSQL(tx, 50*time.Millisecond)).WherePK().Exec(ctx)
+				if err == nil {
+					recorded.Add(1)
+				}
+				return err
+			}})
+		cs = append(cs, newClient(t, dbtest.Open(t, workers+4), q))
+	}
+	for _, c := range cs {
+		start(t, c)
+	}
+	eventually(t, 60*time.Second, func() bool {
+		return count(t, db, "SELECT COUNT(*) FROM bq_test_retried WHERE status = 'waiting'") == 0
+	}, "the queue drains")
+	t.Logf("%d handler calls, %d failures, %d recorded", calls.Load(), failed.Load(), recorded.Load())
+
+	require.Equal(t, items, count(t, db, "SELECT COUNT(*) FROM bq_test_retried_effect"), "one effect per item: a failure's was undone")
+	require.Equal(t, items, count(t, db, "SELECT COUNT(*) FROM bq_test_retried WHERE status = 'done'"))
+	require.Zero(t, handlerErrs.Load(), "a failed attempt's effect was not undone")
+	require.Zero(t, overlaps.Load(), "two handlers held one item at once")
+	require.Equal(t, items/3, count(t, db, "SELECT COUNT(*) FROM bq_test_retried WHERE attempts = 1 AND MOD(id, 3) = 0"),
+		"a failing row's failure was not recorded, or recorded twice")
+	require.Equal(t, items/3, count(t, db, "SELECT COALESCE(SUM(attempts), 0) FROM bq_test_retried"))
+	require.Equal(t, int64(items/3), failed.Load(), "a row ran again before its failure was recorded")
+	require.Equal(t, int64(items/3), recorded.Load())
+	require.Equal(t, int64(items+items/3), calls.Load())
+}
