@@ -87,6 +87,12 @@ func scenarios() []scenario {
 			run: func(ctx context.Context, b *bench) (result, error) { return b.writeOnlyJobs(ctx, 1) }},
 		{name: "write-only-jobs-b50", desc: "the same, 50 jobs per transaction: BEGIN; 50 × DELETE … WHERE id = next; COMMIT", concurrency: workers,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.writeOnlyJobs(ctx, 50) }},
+		{name: "design-bound", desc: "the design's statements alone, plain SQL, keys given: BEGIN; SELECT … WHERE id IN (next) FOR UPDATE SKIP LOCKED; UPDATE; re-check SELECT; COMMIT", concurrency: workers,
+			run: func(ctx context.Context, b *bench) (result, error) { return b.designBound(ctx, 1) }},
+		{name: "design-bound-b50", desc: "the same, 50 rows per transaction: BEGIN; SELECT 50 FOR UPDATE SKIP LOCKED; 50 × (SAVEPOINT; UPDATE); re-check SELECT; COMMIT", concurrency: workers,
+			run: func(ctx context.Context, b *bench) (result, error) { return b.designBound(ctx, 50) }},
+		{name: "design-bound-jobs", desc: "a lock-mode job's statements alone: BEGIN; SELECT … WHERE id IN (next) FOR UPDATE SKIP LOCKED; SAVEPOINT; DELETE; COMMIT", concurrency: workers,
+			run: func(ctx context.Context, b *bench) (result, error) { return b.designBoundJobs(ctx, 1) }},
 		{name: "seed-baseline", desc: "seed article: INDEX(status, retry_at), ORDER BY id, pure SQL", concurrency: workers,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.seedBaseline(ctx) }},
 		{name: "table-b1", desc: "any-table queue, BatchSize 1", concurrency: workers,
@@ -335,11 +341,24 @@ func (b *bench) writeOnlyJobs(ctx context.Context, perTx int) (result, error) {
 	}, func(dry bool) string { return backlogNote(n, "jobs enqueued", dry) })
 }
 
-// measureWrites runs writeLoop over [first, last] on 16 connections of db
-// and measures it; note describes the backlog, given whether it ran dry.
+// measureWrites runs, on 16 connections of db, one transaction after
+// another of stmt for the next perTx ids of [first, last] each, and
+// measures it; note describes the backlog, given whether it ran dry.
 func (b *bench) measureWrites(ctx context.Context, db *bun.DB, first, last int64, perTx int, stmt func(id int64) string, note func(dry bool) string) (result, error) {
+	return b.measureSQL(ctx, db, first, last, perTx, func(ids []int64) []step {
+		steps := make([]step, len(ids))
+		for i, id := range ids {
+			steps[i] = step{sql: stmt(id), count: true}
+		}
+		return steps
+	}, note)
+}
+
+// measureSQL runs sqlLoop over [first, last] on 16 connections of db and
+// measures it; note describes the backlog, given whether it ran dry.
+func (b *bench) measureSQL(ctx context.Context, db *bun.DB, first, last int64, perTx int, steps func(ids []int64) []step, note func(dry bool) string) (result, error) {
 	var dry atomic.Bool
-	l := startLoops(ctx, db, workers, writeLoop(first, last, perTx, &dry, stmt))
+	l := startLoops(ctx, db, workers, sqlLoop(first, last, perTx, &dry, steps))
 	w, err := b.measure(ctx, &l.done)
 	if werr := l.wait(); err == nil && werr != nil {
 		err = werr
@@ -350,34 +369,79 @@ func (b *bench) measureWrites(ctx context.Context, db *bun.DB, first, last int64
 	return result{ItemsPerSec: w.rate, RSSKiB: w.rssKiB, Note: note(dry.Load()) + ", default isolation"}, nil
 }
 
-// writeLoop is the body of the write-only scenarios: in each transaction,
-// worker w runs stmt for the next perTx ids of [first, last] (the workers
-// take interleaved ids), and counts the rows each changed (an id
-// EnqueueMany skipped changes none). Past last, it reports the backlog
-// dry and idles.
-func writeLoop(first, last int64, perTx int, dry *atomic.Bool, stmt func(id int64) string) func(context.Context, *sql.Conn, int, int) (int, error) {
+// step is one statement of a plain-SQL scenario's transaction.
+type step struct {
+	sql   string
+	query bool // it returns rows: the client reads them
+	count bool // the rows it changed are items done
+}
+
+// sqlLoop is the body of the plain-SQL scenarios: in each transaction,
+// worker w runs steps(ids) for the next perTx ids of [first, last] (the
+// workers take interleaved ids), and counts the rows the counting steps
+// changed (an id EnqueueMany skipped changes none). Past last, it reports
+// the backlog dry and idles.
+func sqlLoop(first, last int64, perTx int, dry *atomic.Bool, steps func(ids []int64) []step) func(context.Context, *sql.Conn, int, int) (int, error) {
 	return func(ctx context.Context, conn *sql.Conn, w, i int) (int, error) {
 		from := first + int64((i*workers+w)*perTx)
 		if from > last {
 			dry.Store(true)
 			return 0, sleep(ctx, time.Millisecond)
 		}
+		ids := make([]int64, 0, perTx)
+		for id := from; id < from+int64(perTx) && id <= last; id++ {
+			ids = append(ids, id)
+		}
 		tx, err := conn.BeginTx(ctx, nil)
 		if err != nil {
 			return 0, err
 		}
 		done := 0
-		for id := from; id < from+int64(perTx) && id <= last; id++ {
-			res, err := tx.ExecContext(ctx, stmt(id))
+		for _, s := range steps(ids) {
+			k, err := runStep(ctx, tx, s)
 			if err != nil {
 				_ = tx.Rollback()
 				return 0, err
 			}
-			k, _ := res.RowsAffected()
-			done += int(k)
+			if s.count {
+				done += k
+			}
 		}
 		return done, tx.Commit()
 	}
+}
+
+// runStep runs s in tx and returns the rows it changed, or read.
+func runStep(ctx context.Context, tx *sql.Tx, s step) (int, error) {
+	if !s.query {
+		res, err := tx.ExecContext(ctx, s.sql)
+		if err != nil {
+			return 0, err
+		}
+		k, _ := res.RowsAffected()
+		return int(k), nil
+	}
+	rows, err := tx.QueryContext(ctx, s.sql)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return 0, err
+	}
+	vals := make([]any, len(cols))
+	for i := range vals {
+		vals[i] = new(sql.RawBytes)
+	}
+	n := 0
+	for rows.Next() {
+		if err := rows.Scan(vals...); err != nil {
+			return 0, err
+		}
+		n++
+	}
+	return n, rows.Err()
 }
 
 // seedBaseline is the seed article's loop in plain SQL: one item per

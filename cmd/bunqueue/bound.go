@@ -1,0 +1,96 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/bunqueue/bunqueue"
+)
+
+// The design-bound scenarios run, in plain SQL and with nothing else of a
+// queue, the statements bunqueue's transactions are made of (DESIGN.md:
+// lock the row by key, run the handler, re-check by primary key that it
+// left the query, commit), on keys handed out in advance: no feed, no
+// contention between workers, no handler but its one write. They are what
+// any implementation of that design could reach on this server, at most.
+
+// designBound is the any-table scenarios' transaction: claim perTx rows
+// by key, then per row (in a savepoint when there are several) the
+// handler's UPDATE, then the re-check, then COMMIT.
+func (b *bench) designBound(ctx context.Context, perTx int) (result, error) {
+	db, err := b.open(ctx, poolSize)
+	if err != nil {
+		return result{}, err
+	}
+	defer db.Close()
+	defer dropTables(db, itemsTable)
+	n := b.backlog(float64(min(perTx, 2)))
+	if _, err := b.createItems(ctx, db, n); err != nil {
+		return result{}, err
+	}
+	var first int64
+	if err := db.NewRaw("SELECT MIN(id) FROM "+itemsTable).Scan(ctx, &first); err != nil {
+		return result{}, err
+	}
+	from := itemsTable + " AS bench_item " + b.dialect.ForcePrimary()
+	queued := " WHERE status = 'waiting' AND (retry_at IS NULL OR retry_at <= " + b.dialect.Now() + ")"
+	return b.measureSQL(ctx, db, first, first+int64(n)-1, perTx, func(ids []int64) []step {
+		keys := " AND id IN (" + inList(ids) + ") ORDER BY id LIMIT " + strconv.Itoa(len(ids))
+		steps := []step{{sql: "SELECT id, status, retry_at FROM " + from + queued + keys + " FOR " + b.dialect.SkipLocked(), query: true}}
+		for i, id := range ids {
+			if len(ids) > 1 {
+				steps = append(steps, step{sql: "SAVEPOINT bunqueue_" + strconv.Itoa(i)})
+			}
+			steps = append(steps, step{sql: "UPDATE " + itemsTable + " SET status = 'sent' WHERE id = " + strconv.FormatInt(id, 10), count: true})
+		}
+		return append(steps, step{sql: "SELECT id FROM " + from + queued + keys, query: true})
+	}, func(dry bool) string { return backlogNote(n, "rows pre-inserted", dry) })
+}
+
+// designBoundJobs is a lock-mode jobs transaction: claim perTx jobs by
+// key, a savepoint per job (jobs record failures through OnError, which
+// needs the job still locked), then one DELETE for them all, then
+// COMMIT. Jobs need no re-check: their completion always takes them out.
+func (b *bench) designBoundJobs(ctx context.Context, perTx int) (result, error) {
+	db, err := b.open(ctx, poolSize)
+	if err != nil {
+		return result{}, err
+	}
+	defer db.Close()
+	const queue = "bench_design_bound"
+	client, cleanup, err := b.jobsClient(ctx, db, queue, bunqueue.JobQueueConfig{})
+	if err != nil {
+		return result{}, err
+	}
+	defer cleanup()
+	n := b.backlog(float64(min(perTx, 2)))
+	if err := enqueueBacklog(ctx, client, db, queue, n); err != nil {
+		return result{}, err
+	}
+	var first, last int64
+	if err := db.NewRaw("SELECT MIN(id), MAX(id) FROM "+jobsTable+" WHERE queue = ?", queue).Scan(ctx, &first, &last); err != nil {
+		return result{}, err
+	}
+	claim := "SELECT id, queue, kind, args, metadata, priority, state, attempts, max_attempts, run_at, created_at," +
+		" completed_at, last_error, unique_key, lease_token, trace_context FROM " + jobsTable + " AS j " + b.dialect.ForcePrimary() +
+		" WHERE queue = '" + queue + "' AND state = 0 AND run_at <= " + b.dialect.Now()
+	return b.measureSQL(ctx, db, first, last, perTx, func(ids []int64) []step {
+		list := inList(ids)
+		steps := []step{{sql: claim + " AND id IN (" + list + ") ORDER BY priority, run_at, id LIMIT " + strconv.Itoa(len(ids)) +
+			" FOR " + b.dialect.SkipLocked(), query: true}}
+		for i := range ids {
+			steps = append(steps, step{sql: "SAVEPOINT bunqueue_" + strconv.Itoa(i)})
+		}
+		return append(steps, step{sql: "DELETE FROM " + jobsTable + " WHERE id IN (" + list + ")", count: true})
+	}, func(dry bool) string { return backlogNote(n, "jobs enqueued", dry) })
+}
+
+// inList formats ids for an IN (…) list.
+func inList(ids []int64) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = strconv.FormatInt(id, 10)
+	}
+	return strings.Join(s, ", ")
+}
