@@ -82,7 +82,9 @@ func (b *bench) designBoundJobs(ctx context.Context, perTx int) (result, error) 
 		for i := range ids {
 			steps = append(steps, step{sql: "SAVEPOINT bunqueue_" + strconv.Itoa(i)})
 		}
-		return append(steps, step{sql: "DELETE FROM " + jobsTable + " WHERE id IN (" + list + ")", count: true})
+		// Only this queue's: other processes' jobs may have ids among
+		// these (bunqueue deletes only the jobs its claim locked).
+		return append(steps, step{sql: "DELETE FROM " + jobsTable + " WHERE id IN (" + list + ") AND queue = '" + queue + "'", count: true})
 	}, func(dry bool) string { return backlogNote(n, "jobs enqueued", dry) })
 }
 
