@@ -51,17 +51,11 @@ func testExactlyOnce(t *testing.T, batch int) {
 	db := dbtest.Open(t, 0)
 	createTable(t, db, "bq_test_once", "id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL DEFAULT 'waiting', INDEX (status, id)")
 	createTable(t, db, "bq_test_once_effect", "item_id BIGINT NOT NULL, client INT NOT NULL, UNIQUE KEY (item_id)")
-	for from := 1; from <= items; from += 1000 {
-		var vals []string
-		for id := from; id < from+1000 && id <= items; id++ {
-			vals = append(vals, fmt.Sprintf("(%d)", id))
-		}
-		dbtest.Exec(t, db, "INSERT INTO bq_test_once (id) VALUES "+strings.Join(vals, ","))
-	}
+	insertIDs(t, db, "bq_test_once", items)
 
 	var (
-		calls, overlaps, handlerErrs atomic.Int64
-		inFlight                     sync.Map
+		calls, handlerErrs atomic.Int64
+		held               holders
 	)
 	query := func(q *bun.SelectQuery) *bun.SelectQuery {
 		return q.Where("status = 'waiting'").Order("id")
@@ -70,10 +64,7 @@ func testExactlyOnce(t *testing.T, batch int) {
 	for c := range clients {
 		q := bunqueue.NewQueue("once", query, func(ctx context.Context, tx bun.Tx, it *onceItem) error {
 			calls.Add(1)
-			if _, busy := inFlight.LoadOrStore(it.ID, c); busy {
-				overlaps.Add(1)
-			}
-			defer inFlight.Delete(it.ID)
+			defer held.hold(it.ID)()
 			if _, err := tx.NewInsert().Model(&onceEffect{ItemID: it.ID, Client: c}).Exec(ctx); err != nil {
 				handlerErrs.Add(1)
 				return err
@@ -99,7 +90,7 @@ func testExactlyOnce(t *testing.T, batch int) {
 	require.Equal(t, items, count(t, db, "SELECT COUNT(*) FROM bq_test_once_effect"), "one effect per item")
 	require.Equal(t, items, count(t, db, "SELECT COUNT(DISTINCT item_id) FROM bq_test_once_effect"))
 	require.Equal(t, items, count(t, db, "SELECT COUNT(*) FROM bq_test_once WHERE status = 'done'"))
-	require.Zero(t, overlaps.Load(), "two workers held one item at once")
+	require.Zero(t, held.overlaps.Load(), "two workers held one item at once")
 	require.Zero(t, handlerErrs.Load(), "a handler failed (a duplicate effect would fail here)")
 	require.GreaterOrEqual(t, calls.Load(), int64(items))
 	perClient := count(t, db, "SELECT COUNT(DISTINCT client) FROM bq_test_once_effect")
@@ -131,15 +122,11 @@ func TestFailuresAcrossClients(t *testing.T) {
 	db := dbtest.Open(t, 0)
 	createTable(t, db, "bq_test_retried", "id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL DEFAULT 'waiting', attempts INT NOT NULL DEFAULT 0, retry_at DATETIME(6) NULL, INDEX (status, id)")
 	createTable(t, db, "bq_test_retried_effect", "item_id BIGINT NOT NULL, UNIQUE KEY (item_id)")
-	var vals []string
-	for id := 1; id <= items; id++ {
-		vals = append(vals, fmt.Sprintf("(%d)", id))
-	}
-	dbtest.Exec(t, db, "INSERT INTO bq_test_retried (id) VALUES "+strings.Join(vals, ","))
+	insertIDs(t, db, "bq_test_retried", items)
 
 	var (
-		calls, failed, recorded, overlaps, handlerErrs atomic.Int64
-		inFlight                                       sync.Map
+		calls, failed, recorded, handlerErrs atomic.Int64
+		held                                 holders
 	)
 	query := func(q *bun.SelectQuery) *bun.SelectQuery {
 		return q.Where("status = 'waiting'").Where("retry_at IS NULL OR retry_at <= " + nowSQL(q)).Order("id")
@@ -148,10 +135,7 @@ func TestFailuresAcrossClients(t *testing.T) {
 	for range clients {
 		q := bunqueue.NewQueue("retried", query, func(ctx context.Context, tx bun.Tx, it *retriedItem) error {
 			calls.Add(1)
-			if _, busy := inFlight.LoadOrStore(it.ID, true); busy {
-				overlaps.Add(1)
-			}
-			defer inFlight.Delete(it.ID)
+			defer held.hold(it.ID)()
 			if _, err := tx.ExecContext(ctx, "INSERT INTO bq_test_retried_effect (item_id) VALUES (?)", it.ID); err != nil {
 				handlerErrs.Add(1) // a failed attempt's effect was not undone
 				return err
@@ -184,11 +168,38 @@ func TestFailuresAcrossClients(t *testing.T) {
 	require.Equal(t, items, count(t, db, "SELECT COUNT(*) FROM bq_test_retried_effect"), "one effect per item: a failure's was undone")
 	require.Equal(t, items, count(t, db, "SELECT COUNT(*) FROM bq_test_retried WHERE status = 'done'"))
 	require.Zero(t, handlerErrs.Load(), "a failed attempt's effect was not undone")
-	require.Zero(t, overlaps.Load(), "two handlers held one item at once")
+	require.Zero(t, held.overlaps.Load(), "two handlers held one item at once")
 	require.Equal(t, items/3, count(t, db, "SELECT COUNT(*) FROM bq_test_retried WHERE attempts = 1 AND MOD(id, 3) = 0"),
 		"a failing row's failure was not recorded, or recorded twice")
 	require.Equal(t, items/3, count(t, db, "SELECT COALESCE(SUM(attempts), 0) FROM bq_test_retried"))
 	require.Equal(t, int64(items/3), failed.Load(), "a row ran again before its failure was recorded")
 	require.Equal(t, int64(items/3), recorded.Load())
 	require.Equal(t, int64(items+items/3), calls.Load())
+}
+
+// insertIDs inserts rows 1 … n (their other columns default) into table.
+func insertIDs(t *testing.T, db *bun.DB, table string, n int) {
+	t.Helper()
+	for from := 1; from <= n; from += 1000 {
+		var vals []string
+		for id := from; id < from+1000 && id <= n; id++ {
+			vals = append(vals, fmt.Sprintf("(%d)", id))
+		}
+		dbtest.Exec(t, db, "INSERT INTO "+table+" (id) VALUES "+strings.Join(vals, ","))
+	}
+}
+
+// holders counts the handler runs that began on an item another run was
+// still on.
+type holders struct {
+	running  sync.Map
+	overlaps atomic.Int64
+}
+
+// hold marks a run of item begun and returns what marks it ended.
+func (h *holders) hold(item int64) func() {
+	if _, busy := h.running.LoadOrStore(item, true); busy {
+		h.overlaps.Add(1)
+	}
+	return func() { h.running.Delete(item) }
 }

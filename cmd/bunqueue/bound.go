@@ -4,8 +4,6 @@ import (
 	"context"
 	"strconv"
 	"strings"
-
-	"github.com/bunqueue/bunqueue"
 )
 
 // The design-bound scenarios run, in plain SQL and with nothing else of a
@@ -19,23 +17,14 @@ import (
 // by key, then per row (in a savepoint when there are several) the
 // handler's UPDATE, then the re-check, then COMMIT.
 func (b *bench) designBound(ctx context.Context, perTx int) (result, error) {
-	db, err := b.open(ctx, poolSize)
+	bl, err := b.itemsBacklog(ctx, float64(min(perTx, 2)))
 	if err != nil {
 		return result{}, err
 	}
-	defer db.Close()
-	defer dropTables(db, itemsTable)
-	n := b.backlog(float64(min(perTx, 2)))
-	if _, err := b.createItems(ctx, db, n); err != nil {
-		return result{}, err
-	}
-	var first int64
-	if err := db.NewRaw("SELECT MIN(id) FROM "+itemsTable).Scan(ctx, &first); err != nil {
-		return result{}, err
-	}
+	defer bl.close()
 	from := itemsTable + " AS bench_item " + b.dialect.ForcePrimary()
 	queued := " WHERE status = 'waiting' AND (retry_at IS NULL OR retry_at <= " + b.dialect.Now() + ")"
-	return b.measureSQL(ctx, db, first, first+int64(n)-1, perTx, func(ids []int64) []step {
+	return b.measureSQL(ctx, bl.db, bl.first, bl.last, perTx, func(ids []int64) []step {
 		keys := " AND id IN (" + inList(ids) + ") ORDER BY id LIMIT " + strconv.Itoa(len(ids))
 		steps := []step{{sql: "SELECT id, status, retry_at FROM " + from + queued + keys + " FOR " + b.dialect.SkipLocked(), query: true}}
 		for i, id := range ids {
@@ -45,7 +34,7 @@ func (b *bench) designBound(ctx context.Context, perTx int) (result, error) {
 			steps = append(steps, step{sql: "UPDATE " + itemsTable + " SET status = 'sent' WHERE id = " + strconv.FormatInt(id, 10), count: true})
 		}
 		return append(steps, step{sql: "SELECT id FROM " + from + queued + keys, query: true})
-	}, func(dry bool) string { return backlogNote(n, "rows pre-inserted", dry) })
+	}, bl.note)
 }
 
 // designBoundJobs is a lock-mode jobs transaction: claim perTx jobs by
@@ -53,29 +42,16 @@ func (b *bench) designBound(ctx context.Context, perTx int) (result, error) {
 // needs the job still locked), then one DELETE for them all, then
 // COMMIT. Jobs need no re-check: their completion always takes them out.
 func (b *bench) designBoundJobs(ctx context.Context, perTx int) (result, error) {
-	db, err := b.open(ctx, poolSize)
-	if err != nil {
-		return result{}, err
-	}
-	defer db.Close()
 	const queue = "bench_design_bound"
-	client, cleanup, err := b.jobsClient(ctx, db, queue, bunqueue.JobQueueConfig{})
+	bl, err := b.jobsBacklog(ctx, queue, float64(min(perTx, 2)))
 	if err != nil {
 		return result{}, err
 	}
-	defer cleanup()
-	n := b.backlog(float64(min(perTx, 2)))
-	if err := enqueueBacklog(ctx, client, db, queue, n); err != nil {
-		return result{}, err
-	}
-	var first, last int64
-	if err := db.NewRaw("SELECT MIN(id), MAX(id) FROM "+jobsTable+" WHERE queue = ?", queue).Scan(ctx, &first, &last); err != nil {
-		return result{}, err
-	}
+	defer bl.close()
 	claim := "SELECT id, queue, kind, args, metadata, priority, state, attempts, max_attempts, run_at, created_at," +
 		" completed_at, last_error, unique_key, lease_token, trace_context FROM " + jobsTable + " AS j " + b.dialect.ForcePrimary() +
 		" WHERE queue = '" + queue + "' AND state = 0 AND run_at <= " + b.dialect.Now()
-	return b.measureSQL(ctx, db, first, last, perTx, func(ids []int64) []step {
+	return b.measureSQL(ctx, bl.db, bl.first, bl.last, perTx, func(ids []int64) []step {
 		list := inList(ids)
 		steps := []step{{sql: claim + " AND id IN (" + list + ") ORDER BY priority, run_at, id LIMIT " + strconv.Itoa(len(ids)) +
 			" FOR " + b.dialect.SkipLocked(), query: true}}
@@ -85,7 +61,7 @@ func (b *bench) designBoundJobs(ctx context.Context, perTx int) (result, error) 
 		// Only this queue's: other processes' jobs may have ids among
 		// these (bunqueue deletes only the jobs its claim locked).
 		return append(steps, step{sql: "DELETE FROM " + jobsTable + " WHERE id IN (" + list + ") AND queue = '" + queue + "'", count: true})
-	}, func(dry bool) string { return backlogNote(n, "jobs enqueued", dry) })
+	}, bl.note)
 }
 
 // inList formats ids for an IN (…) list.

@@ -293,23 +293,14 @@ func (b *bench) commitCeiling(ctx context.Context, n int) (result, error) {
 // claiming cost nothing, on the queue's own table and index, where the
 // ceiling's counter has none.
 func (b *bench) writeOnly(ctx context.Context, perTx int) (result, error) {
-	db, err := b.open(ctx, poolSize)
+	bl, err := b.itemsBacklog(ctx, 3*float64(min(perTx, 2)))
 	if err != nil {
 		return result{}, err
 	}
-	defer db.Close()
-	defer dropTables(db, itemsTable)
-	n := b.backlog(3 * float64(min(perTx, 2)))
-	if _, err := b.createItems(ctx, db, n); err != nil {
-		return result{}, err
-	}
-	var first int64
-	if err := db.NewRaw("SELECT MIN(id) FROM "+itemsTable).Scan(ctx, &first); err != nil {
-		return result{}, err
-	}
-	return b.measureWrites(ctx, db, first, first+int64(n)-1, perTx, func(id int64) string {
+	defer bl.close()
+	return b.measureWrites(ctx, bl.db, bl.first, bl.last, perTx, func(id int64) string {
 		return "UPDATE " + itemsTable + " SET status = 'sent' WHERE id = " + strconv.FormatInt(id, 10)
-	}, func(dry bool) string { return backlogNote(n, "rows pre-inserted", dry) })
+	}, bl.note)
 }
 
 // writeOnlyJobs is the jobs scenarios' completion with nothing of a
@@ -317,31 +308,75 @@ func (b *bench) writeOnly(ctx context.Context, perTx int) (result, error) {
 // one DELETE each, in a transaction, as a lock-mode worker's completions
 // do, on the jobs table and its indexes.
 func (b *bench) writeOnlyJobs(ctx context.Context, perTx int) (result, error) {
-	db, err := b.open(ctx, poolSize)
-	if err != nil {
-		return result{}, err
-	}
-	defer db.Close()
 	const queue = "bench_write_only"
-	client, cleanup, err := b.jobsClient(ctx, db, queue, bunqueue.JobQueueConfig{})
+	bl, err := b.jobsBacklog(ctx, queue, 3*float64(min(perTx, 2)))
 	if err != nil {
 		return result{}, err
 	}
-	defer cleanup()
-	n := b.backlog(3 * float64(min(perTx, 2)))
-	if err := enqueueBacklog(ctx, client, db, queue, n); err != nil {
-		return result{}, err
-	}
-	var first, last int64
-	if err := db.NewRaw("SELECT MIN(id), MAX(id) FROM "+jobsTable+" WHERE queue = ?", queue).Scan(ctx, &first, &last); err != nil {
-		return result{}, err
-	}
+	defer bl.close()
 	// The queue's ids are not all of [first, last]: other processes (tests
 	// running at the same time) enqueue into the same table. Their jobs
 	// must not be deleted.
-	return b.measureWrites(ctx, db, first, last, perTx, func(id int64) string {
+	return b.measureWrites(ctx, bl.db, bl.first, bl.last, perTx, func(id int64) string {
 		return "DELETE FROM " + jobsTable + " WHERE id = " + strconv.FormatInt(id, 10) + " AND queue = '" + queue + "'"
-	}, func(dry bool) string { return backlogNote(n, "jobs enqueued", dry) })
+	}, bl.note)
+}
+
+// plainBacklog is the backlog of a plain-SQL scenario: its pool, the ids
+// of its rows or jobs, and the note that describes it.
+type plainBacklog struct {
+	db          *bun.DB
+	first, last int64
+	note        func(dry bool) string
+	close       func() // drops the rows or jobs, closes the pool
+}
+
+// itemsBacklog fills bench_items with a backlog for a scenario that runs
+// at factor × the ceiling.
+func (b *bench) itemsBacklog(ctx context.Context, factor float64) (plainBacklog, error) {
+	db, err := b.open(ctx, poolSize)
+	if err != nil {
+		return plainBacklog{}, err
+	}
+	bl := plainBacklog{db: db, close: func() { dropTables(db, itemsTable); db.Close() }}
+	n := b.backlog(factor)
+	if _, err := b.createItems(ctx, db, n); err != nil {
+		bl.close()
+		return plainBacklog{}, err
+	}
+	if err := db.NewRaw("SELECT MIN(id) FROM "+itemsTable).Scan(ctx, &bl.first); err != nil {
+		bl.close()
+		return plainBacklog{}, err
+	}
+	bl.last = bl.first + int64(n) - 1
+	bl.note = func(dry bool) string { return backlogNote(n, "rows pre-inserted", dry) }
+	return bl, nil
+}
+
+// jobsBacklog enqueues a backlog of jobs in queue for a scenario that
+// runs at factor × the ceiling.
+func (b *bench) jobsBacklog(ctx context.Context, queue string, factor float64) (plainBacklog, error) {
+	db, err := b.open(ctx, poolSize)
+	if err != nil {
+		return plainBacklog{}, err
+	}
+	client, cleanup, err := b.jobsClient(ctx, db, queue, bunqueue.JobQueueConfig{})
+	if err != nil {
+		db.Close()
+		return plainBacklog{}, err
+	}
+	bl := plainBacklog{db: db, close: func() { cleanup(); db.Close() }}
+	n := b.backlog(factor)
+	if err := enqueueBacklog(ctx, client, db, queue, n); err != nil {
+		bl.close()
+		return plainBacklog{}, err
+	}
+	if err := db.NewRaw("SELECT MIN(id), MAX(id) FROM "+jobsTable+" WHERE queue = ?", queue).Scan(ctx, &bl.first, &bl.last); err != nil {
+		bl.close()
+		return plainBacklog{}, err
+	}
+	bl.note = func(dry bool) string { return backlogNote(n, "jobs enqueued", dry) }
+	return bl, nil
 }
 
 // measureWrites runs, on 16 connections of db, one transaction after
