@@ -199,6 +199,9 @@ func (b *bench) postBurstJobs(ctx context.Context, n, fullSize int, hold bool) (
 	if err := enqueueBacklog(ctx, c1, db, queue, n+m); err != nil {
 		return result{}, err
 	}
+	if err := b.analyze(ctx, db, jobsTable); err != nil {
+		return result{}, err
+	}
 	took, short, release, err := b.runBurst(ctx, db, c1, &burstDone, n, hold)
 	if err != nil {
 		return result{}, err

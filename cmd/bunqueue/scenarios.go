@@ -367,7 +367,11 @@ func (b *bench) jobsBacklog(ctx context.Context, queue string, factor float64) (
 	}
 	bl := plainBacklog{db: db, close: func() { cleanup(); db.Close() }}
 	n := b.backlog(factor)
-	if err := enqueueBacklog(ctx, client, db, queue, n); err != nil {
+	err = enqueueBacklog(ctx, client, db, queue, n)
+	if err == nil {
+		err = b.analyze(ctx, db, jobsTable)
+	}
+	if err != nil {
 		bl.close()
 		return plainBacklog{}, err
 	}
@@ -500,6 +504,9 @@ func (b *bench) seedBaseline(ctx context.Context) (result, error) {
 	if err := fillRows(ctx, db, table, "status", "('waiting')", n); err != nil {
 		return result{}, err
 	}
+	if err := b.analyze(ctx, db, table); err != nil {
+		return result{}, err
+	}
 	var dry atomic.Bool
 	claim := "SELECT id FROM " + table +
 		" WHERE status = 'waiting' AND (retry_at IS NULL OR retry_at <= " + b.dialect.Now() + ")" +
@@ -569,8 +576,16 @@ func (b *bench) createItems(ctx context.Context, db *bun.DB, n int) (time.Durati
 		return 0, err
 	}
 	began := time.Now()
-	err := fillRows(ctx, db, itemsTable, "status", "('waiting')", n)
-	return time.Since(began), err
+	if err := fillRows(ctx, db, itemsTable, "status", "('waiting')", n); err != nil {
+		return 0, err
+	}
+	return time.Since(began), b.analyze(ctx, db, itemsTable)
+}
+
+// analyze refreshes the planner's statistics of table after a bulk fill,
+// where the server needs it (PostgreSQL: what autovacuum would do).
+func (b *bench) analyze(ctx context.Context, db bun.IDB, table string) error {
+	return execAll(ctx, db, b.sql.analyze(table)...)
 }
 
 // itemsTable is the table of benchItem.
@@ -794,6 +809,9 @@ func (b *bench) runJobs(ctx context.Context, queue string, cfg bunqueue.JobQueue
 	}
 	began := time.Now()
 	if err := enqueueBacklog(ctx, client, db, queue, n); err != nil {
+		return tableStats{}, err
+	}
+	if err := b.analyze(ctx, db, jobsTable); err != nil {
 		return tableStats{}, err
 	}
 	fill := time.Since(began)
