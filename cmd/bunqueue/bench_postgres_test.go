@@ -26,7 +26,7 @@ func TestBenchPostgres(t *testing.T) {
 	bin := buildBinary(t)
 
 	only := []string{"ceiling-1", "seed-baseline", "backlog-1m", "post-burst-table", "post-burst-held", "memory-1k", "latency-xproc",
-		"write-only", "write-only-jobs-b50", "design-bound", "design-bound-jobs"}
+		"write-only", "write-only-jobs-b50", "design-bound", "design-bound-jobs", "design-bound-prepared"}
 	stdout, stderr, code := runWithEnv(t, nil, bin, "bench", "--dsn", dsn, "--json", "--duration", "200ms",
 		"--large", "5000", "--burst", "1000", "--only", strings.Join(only, ","))
 	require.Equal(t, exitOK, code, "stderr: %s", stderr)

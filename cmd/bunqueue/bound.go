@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"strconv"
 	"strings"
 )
@@ -35,6 +36,46 @@ func (b *bench) designBound(ctx context.Context, perTx int) (result, error) {
 		}
 		return append(steps, step{sql: "SELECT id FROM " + from + queued + keys, query: true})
 	}, bl.note)
+}
+
+// designBoundPrepared is designBound at one row per transaction with its
+// claim, UPDATE and re-check prepared on the server (once per connection,
+// by database/sql) and run with the key as an argument, where bunqueue
+// sends bun's text: what prepared statements could save.
+func (b *bench) designBoundPrepared(ctx context.Context) (result, error) {
+	bl, err := b.itemsBacklog(ctx, 1)
+	if err != nil {
+		return result{}, err
+	}
+	defer bl.close()
+	arg := "?"
+	if _, pg := b.sql.(postgresBench); pg {
+		arg = "$1"
+	}
+	from := itemsTable + " AS bench_item " + b.dialect.ForcePrimary()
+	queued := " WHERE status = 'waiting' AND (retry_at IS NULL OR retry_at <= " + b.dialect.Now() + ")"
+	key := " AND id IN (" + arg + ") ORDER BY id LIMIT 1"
+	var stmts []*sql.Stmt
+	for _, q := range []string{
+		"SELECT id, status, retry_at FROM " + from + queued + key + " FOR " + b.dialect.SkipLocked(),
+		"UPDATE " + itemsTable + " SET status = 'sent' WHERE id = " + arg,
+		"SELECT id FROM " + from + queued + key,
+	} {
+		st, err := bl.db.DB.PrepareContext(ctx, q)
+		if err != nil {
+			return result{}, err
+		}
+		defer st.Close()
+		stmts = append(stmts, st)
+	}
+	return b.measureSQL(ctx, bl.db, bl.first, bl.last, 1, func(ids []int64) []step {
+		args := []any{ids[0]}
+		return []step{
+			{stmt: stmts[0], args: args, query: true},
+			{stmt: stmts[1], args: args, count: true},
+			{stmt: stmts[2], args: args, query: true},
+		}
+	}, func(dry bool) string { return bl.note(dry) + ", statements prepared once per connection" })
 }
 
 // designBoundJobs is a lock-mode jobs transaction: claim perTx jobs by

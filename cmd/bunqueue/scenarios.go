@@ -91,6 +91,8 @@ func scenarios() []scenario {
 			run: func(ctx context.Context, b *bench) (result, error) { return b.designBound(ctx, 1) }},
 		{name: "design-bound-b50", desc: "the same, 50 rows per transaction: BEGIN; SELECT 50 FOR UPDATE SKIP LOCKED; 50 × (SAVEPOINT; UPDATE); re-check SELECT; COMMIT", concurrency: workers,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.designBound(ctx, 50) }},
+		{name: "design-bound-prepared", desc: "design-bound with its three statements prepared on the server, once per connection", concurrency: workers,
+			run: func(ctx context.Context, b *bench) (result, error) { return b.designBoundPrepared(ctx) }},
 		{name: "design-bound-jobs", desc: "a lock-mode job's statements alone: BEGIN; SELECT … WHERE id IN (next) FOR UPDATE SKIP LOCKED; SAVEPOINT; DELETE; COMMIT", concurrency: workers,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.designBoundJobs(ctx, 1) }},
 		{name: "seed-baseline", desc: "seed article: INDEX(status, retry_at), ORDER BY id, pure SQL", concurrency: workers,
@@ -416,6 +418,10 @@ type step struct {
 	sql   string
 	query bool // it returns rows: the client reads them
 	count bool // the rows it changed are items done
+	// stmt, if set, is run instead of sql: a statement prepared on the
+	// pool, which database/sql prepares once per connection.
+	stmt *sql.Stmt
+	args []any
 }
 
 // sqlLoop is the body of the plain-SQL scenarios: in each transaction,
@@ -455,15 +461,25 @@ func sqlLoop(first, last int64, perTx int, dry *atomic.Bool, steps func(ids []in
 
 // runStep runs s in tx and returns the rows it changed, or read.
 func runStep(ctx context.Context, tx *sql.Tx, s step) (int, error) {
+	exec, query := tx.ExecContext, tx.QueryContext
+	if s.stmt != nil {
+		st := tx.StmtContext(ctx, s.stmt)
+		exec = func(ctx context.Context, _ string, args ...any) (sql.Result, error) {
+			return st.ExecContext(ctx, args...)
+		}
+		query = func(ctx context.Context, _ string, args ...any) (*sql.Rows, error) {
+			return st.QueryContext(ctx, args...)
+		}
+	}
 	if !s.query {
-		res, err := tx.ExecContext(ctx, s.sql)
+		res, err := exec(ctx, s.sql, s.args...)
 		if err != nil {
 			return 0, err
 		}
 		k, _ := res.RowsAffected()
 		return int(k), nil
 	}
-	rows, err := tx.QueryContext(ctx, s.sql)
+	rows, err := query(ctx, s.sql, s.args...)
 	if err != nil {
 		return 0, err
 	}
