@@ -202,16 +202,16 @@ func (postgresBench) garbageNote(table string, h0, h1 int64, ok bool) string {
 
 // snapshot implements benchSQL: a REPEATABLE READ transaction takes its
 // snapshot at its first statement, and holds back vacuum from then on.
+func (postgresBench) snapshot() []string {
+	return []string{"BEGIN ISOLATION LEVEL REPEATABLE READ", "SELECT 1"}
+}
+
 // analyze implements benchSQL: ANALYZE, which autovacuum runs within a
 // minute of a bulk fill on a server with its default settings. Without
 // it (autovacuum is off on the machine the README's figures come from)
 // the planner took a freshly filled 1,000,000-row queue for a dozen rows:
 // each read of the feed scanned and sorted all of them, 1.3 s a read.
 func (postgresBench) analyze(table string) []string { return []string{"ANALYZE " + table} }
-
-func (postgresBench) snapshot() []string {
-	return []string{"BEGIN ISOLATION LEVEL REPEATABLE READ", "SELECT 1"}
-}
 
 func (postgresBench) cleaner() string { return "vacuum" }
 

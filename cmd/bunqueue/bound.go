@@ -23,19 +23,27 @@ func (b *bench) designBound(ctx context.Context, perTx int) (result, error) {
 		return result{}, err
 	}
 	defer bl.close()
-	from := itemsTable + " AS bench_item " + b.dialect.ForcePrimary()
-	queued := " WHERE status = 'waiting' AND (retry_at IS NULL OR retry_at <= " + b.dialect.Now() + ")"
 	return b.measureSQL(ctx, bl.db, bl.first, bl.last, perTx, func(ids []int64) []step {
-		keys := " AND id IN (" + inList(ids) + ") ORDER BY id LIMIT " + strconv.Itoa(len(ids))
-		steps := []step{{sql: "SELECT id, status, retry_at FROM " + from + queued + keys + " FOR " + b.dialect.SkipLocked(), query: true}}
+		claim, recheck := b.boundQueries(inList(ids), len(ids))
+		steps := []step{{sql: claim, query: true, count: true}}
 		for i, id := range ids {
 			if len(ids) > 1 {
 				steps = append(steps, step{sql: "SAVEPOINT bunqueue_" + strconv.Itoa(i)})
 			}
-			steps = append(steps, step{sql: "UPDATE " + itemsTable + " SET status = 'sent' WHERE id = " + strconv.FormatInt(id, 10), count: true})
+			steps = append(steps, step{sql: "UPDATE " + itemsTable + " SET status = 'sent' WHERE id = " + strconv.FormatInt(id, 10)})
 		}
-		return append(steps, step{sql: "SELECT id FROM " + from + queued + keys, query: true})
+		return append(steps, step{sql: recheck, query: true, none: true})
 	}, bl.note)
+}
+
+// boundQueries returns the any-table design bound's claim of the rows of
+// keys (an IN list of n keys, or placeholders) and its re-check, as
+// bunqueue words them: by primary key, with the queue's conditions.
+func (b *bench) boundQueries(keys string, n int) (claim, recheck string) {
+	from := itemsTable + " AS bench_item " + b.dialect.ForcePrimary() +
+		" WHERE status = 'waiting' AND (retry_at IS NULL OR retry_at <= " + b.dialect.Now() + ")" +
+		" AND id IN (" + keys + ") ORDER BY id LIMIT " + strconv.Itoa(n)
+	return "SELECT id, status, retry_at FROM " + from + " FOR " + b.dialect.SkipLocked(), "SELECT id FROM " + from
 }
 
 // designBoundPrepared is designBound at one row per transaction with its
@@ -52,15 +60,9 @@ func (b *bench) designBoundPrepared(ctx context.Context) (result, error) {
 	if _, pg := b.sql.(postgresBench); pg {
 		arg = "$1"
 	}
-	from := itemsTable + " AS bench_item " + b.dialect.ForcePrimary()
-	queued := " WHERE status = 'waiting' AND (retry_at IS NULL OR retry_at <= " + b.dialect.Now() + ")"
-	key := " AND id IN (" + arg + ") ORDER BY id LIMIT 1"
+	claim, recheck := b.boundQueries(arg, 1)
 	var stmts []*sql.Stmt
-	for _, q := range []string{
-		"SELECT id, status, retry_at FROM " + from + queued + key + " FOR " + b.dialect.SkipLocked(),
-		"UPDATE " + itemsTable + " SET status = 'sent' WHERE id = " + arg,
-		"SELECT id FROM " + from + queued + key,
-	} {
+	for _, q := range []string{claim, "UPDATE " + itemsTable + " SET status = 'sent' WHERE id = " + arg, recheck} {
 		st, err := bl.db.DB.PrepareContext(ctx, q)
 		if err != nil {
 			return result{}, err
@@ -71,9 +73,9 @@ func (b *bench) designBoundPrepared(ctx context.Context) (result, error) {
 	return b.measureSQL(ctx, bl.db, bl.first, bl.last, 1, func(ids []int64) []step {
 		args := []any{ids[0]}
 		return []step{
-			{stmt: stmts[0], args: args, query: true},
-			{stmt: stmts[1], args: args, count: true},
-			{stmt: stmts[2], args: args, query: true},
+			{stmt: stmts[0], args: args, query: true, count: true},
+			{stmt: stmts[1], args: args},
+			{stmt: stmts[2], args: args, query: true, none: true},
 		}
 	}, func(dry bool) string { return bl.note(dry) + ", statements prepared once per connection" })
 }
@@ -95,13 +97,13 @@ func (b *bench) designBoundJobs(ctx context.Context, perTx int) (result, error) 
 	return b.measureSQL(ctx, bl.db, bl.first, bl.last, perTx, func(ids []int64) []step {
 		list := inList(ids)
 		steps := []step{{sql: claim + " AND id IN (" + list + ") ORDER BY priority, run_at, id LIMIT " + strconv.Itoa(len(ids)) +
-			" FOR " + b.dialect.SkipLocked(), query: true}}
+			" FOR " + b.dialect.SkipLocked(), query: true, count: true}}
 		for i := range ids {
 			steps = append(steps, step{sql: "SAVEPOINT bunqueue_" + strconv.Itoa(i)})
 		}
 		// Only this queue's: other processes' jobs may have ids among
 		// these (bunqueue deletes only the jobs its claim locked).
-		return append(steps, step{sql: "DELETE FROM " + jobsTable + " WHERE id IN (" + list + ") AND queue = '" + queue + "'", count: true})
+		return append(steps, step{sql: "DELETE FROM " + jobsTable + " WHERE id IN (" + list + ") AND queue = '" + queue + "'"})
 	}, bl.note)
 }
 

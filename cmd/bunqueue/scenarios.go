@@ -417,9 +417,10 @@ func (b *bench) measureSQL(ctx context.Context, db *bun.DB, first, last int64, p
 type step struct {
 	sql   string
 	query bool // it returns rows: the client reads them
-	count bool // the rows it changed are items done
-	// stmt, if set, is run instead of sql: a statement prepared on the
-	// pool, which database/sql prepares once per connection.
+	count bool // the rows it changed, or read, are items done
+	none  bool // a query that must find no row: the scenario fails if it does
+	// stmt, if set, is run instead of sql, with args: a statement prepared
+	// on the pool, which database/sql prepares once per connection.
 	stmt *sql.Stmt
 	args []any
 }
@@ -461,25 +462,22 @@ func sqlLoop(first, last int64, perTx int, dry *atomic.Bool, steps func(ids []in
 
 // runStep runs s in tx and returns the rows it changed, or read.
 func runStep(ctx context.Context, tx *sql.Tx, s step) (int, error) {
-	exec, query := tx.ExecContext, tx.QueryContext
+	exec := func() (sql.Result, error) { return tx.ExecContext(ctx, s.sql) }
+	query := func() (*sql.Rows, error) { return tx.QueryContext(ctx, s.sql) }
 	if s.stmt != nil {
 		st := tx.StmtContext(ctx, s.stmt)
-		exec = func(ctx context.Context, _ string, args ...any) (sql.Result, error) {
-			return st.ExecContext(ctx, args...)
-		}
-		query = func(ctx context.Context, _ string, args ...any) (*sql.Rows, error) {
-			return st.QueryContext(ctx, args...)
-		}
+		exec = func() (sql.Result, error) { return st.ExecContext(ctx, s.args...) }
+		query = func() (*sql.Rows, error) { return st.QueryContext(ctx, s.args...) }
 	}
 	if !s.query {
-		res, err := exec(ctx, s.sql, s.args...)
+		res, err := exec()
 		if err != nil {
 			return 0, err
 		}
 		k, _ := res.RowsAffected()
 		return int(k), nil
 	}
-	rows, err := query(ctx, s.sql, s.args...)
+	rows, err := query()
 	if err != nil {
 		return 0, err
 	}
@@ -499,7 +497,13 @@ func runStep(ctx context.Context, tx *sql.Tx, s step) (int, error) {
 		}
 		n++
 	}
-	return n, rows.Err()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	if s.none && n > 0 {
+		return 0, fmt.Errorf("%d row(s) still match after their write: %s", n, firstLine(s.sql))
+	}
+	return n, nil
 }
 
 // seedBaseline is the seed article's loop in plain SQL: one item per
@@ -827,10 +831,10 @@ func (b *bench) runJobs(ctx context.Context, queue string, cfg bunqueue.JobQueue
 	if err := enqueueBacklog(ctx, client, db, queue, n); err != nil {
 		return tableStats{}, err
 	}
+	fill := time.Since(began)
 	if err := b.analyze(ctx, db, jobsTable); err != nil {
 		return tableStats{}, err
 	}
-	fill := time.Since(began)
 	w, err := b.runClient(ctx, client, &done, db)
 	if err != nil {
 		return tableStats{}, err
