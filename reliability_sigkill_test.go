@@ -285,19 +285,22 @@ func (f *relFleet) kill(slot int) {
 }
 
 // victim picks the slot to kill: one whose process is running a handler,
-// if there is one, else any.
+// waiting up to half a second for one to start (the workers can drain
+// the producer's chunks faster than it adds them, and idle between
+// them), else any.
 func (f *relFleet) victim() int {
-	slots := rand.Perm(len(f.slots))
-	for _, i := range slots {
-		if runs, _, _, err := relReadEvents(f.slots[i].events, "", 0); err == nil {
-			for _, r := range runs {
-				if r.End == r.Start { // not ended (yet)
-					return i
+	for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		for _, i := range rand.Perm(len(f.slots)) {
+			if runs, _, _, err := relReadEvents(f.slots[i].events, "", 0); err == nil {
+				for _, r := range runs {
+					if r.End == r.Start { // not ended (yet)
+						return i
+					}
 				}
 			}
 		}
 	}
-	return slots[0]
+	return rand.N(len(f.slots))
 }
 
 // stop sends SIGTERM to every process and waits for them to stop
