@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/bunqueue/bunqueue/internal/backoff"
+	"github.com/bunqueue/bunqueue/internal/prepared"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
 
@@ -42,6 +43,10 @@ type Client struct {
 	workers  sync.WaitGroup
 	depthReg metric.Registration // the queue depth gauge's callback
 
+	// stmts are the statements prepared for the workers; nil with
+	// Config.NoPreparedStatements, or where the dialect prepares none.
+	stmts *prepared.Cache
+
 	watching atomic.Pointer[watch] // set by Start: the runners QueryHook wakes, by table
 	counts   counters              // what the workers did, for Stats
 }
@@ -65,7 +70,13 @@ func NewClient(db *bun.DB, cfg *Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{db: db, cfg: c, dialect: d, tel: tel, names: map[string]bool{}, kinds: map[string]runJob{}, stopping: make(chan struct{})}, nil
+	client := &Client{db: db, cfg: c, dialect: d, tel: tel, names: map[string]bool{}, kinds: map[string]runJob{}, stopping: make(chan struct{})}
+	if !c.NoPreparedStatements && d.Placeholder(1) != "" {
+		client.stmts = prepared.New(db.DB, func(text string, err error) {
+			c.Logger.Debug("bunqueue: prepare a statement (it runs in text meanwhile)", "statement", text, "error", err)
+		})
+	}
+	return client, nil
 }
 
 // Add adds a queue to the client. It checks the queue's declaration and
@@ -207,6 +218,9 @@ func (c *Client) Stop(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		c.workers.Wait()
+		if c.stmts != nil {
+			c.stmts.Close()
+		}
 		close(done)
 	}()
 	defer c.cancel()

@@ -160,6 +160,15 @@ type Config struct {
 	// default) deletes a job as it completes, in its worker's transaction.
 	Retention time.Duration
 
+	// NoPreparedStatements makes the workers run every statement in text,
+	// as bun formats it. By default a worker's claim of one row by its
+	// key, and the re-check that the row left its queue, run as
+	// statements prepared on the server (once per connection) with the key
+	// as an argument, which costs the server less than a new text each
+	// time. Set it for a connection pooler that does not keep prepared
+	// statements, such as PgBouncer in transaction mode before 1.21.
+	NoPreparedStatements bool
+
 	// StrictQueryPlans makes Start fail, instead of logging a warning,
 	// when the plan of a queue's query scans or sorts (a full table scan,
 	// a full index scan that filters, a filesort), or cannot be

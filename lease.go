@@ -93,7 +93,7 @@ func (l *leaseRunner) claim(ctx context.Context, limit int, keys []candidate, re
 		return nil, "", err
 	}
 	defer func() { _ = tx.Rollback() }()
-	rows, err := l.jobs.claim(ctx, tx, limit, keys)
+	rows, err := l.jobs.claim(ctx, tx, l.jobs.prepares, limit, keys) // from a worker: prepared statements serve it
 	if err != nil {
 		return nil, "", err
 	}
@@ -144,7 +144,7 @@ func (l *leaseRunner) runOne(ctx context.Context, keeper *leaseKeeper, row *jobR
 			it.err = ierr
 		}
 		tel.end(it)
-		tel.endBatch(span, nil)
+		tel.endSpan(span, nil)
 	}()
 
 	jctx, cancel := withTimeout(it.ctx, l.cfg.Timeout)

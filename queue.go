@@ -70,6 +70,9 @@ type Queue[T any] struct {
 	// byPrimary: the model's key is the table's PRIMARY KEY (set by
 	// Client.Start).
 	byPrimary bool
+	// prepares: a worker's claim of one row and its re-check may run as
+	// prepared statements (see prepare.go; set by Client.Add).
+	prepares bool
 }
 
 // AnyQueue is implemented by every *Queue[T], whatever its T, so that a
@@ -215,6 +218,7 @@ func (q *Queue[T]) attach(c *Client) error {
 	q.client = c
 	q.cfg = q.given.withDefaults(c.cfg)
 	q.table = table
+	q.prepares = c.stmts != nil && preparable(typ, table)
 	q.cool = cooldown.New(q.cfg.Cooldown, max(q.cfg.Cooldown, CooldownMax), CooldownLimit)
 	q.wake = make(chan struct{}, 1)
 	return nil

@@ -160,7 +160,7 @@ func (q *Queue[T]) recordApart(ctx context.Context, key candidate, cause error) 
 			if err := callHandler(func() error { return q.cfg.OnError(ctx, tx, &rows[0], cause) }); err != nil {
 				return fmt.Errorf("OnError: %w", err)
 			}
-			still, err := q.stillQueued(ctx, tx, rows, []outcome{recorded})
+			still, err := q.stillQueued(ctx, tx, false, rows, []outcome{recorded})
 			if err != nil {
 				return err
 			}

@@ -209,14 +209,27 @@ func (t *telemetry) end(it *itemSpan) {
 	}
 }
 
-// endBatch ends a batch span, with the transaction's error if any.
-func (t *telemetry) endBatch(span trace.Span, err error) {
+// endSpan ends a batch's or a statement's span, with its error if any.
+func (t *telemetry) endSpan(span trace.Span, err error) {
 	if err != nil {
 		span.SetAttributes(semconv.ErrorTypeKey.String(errorType(err)))
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
 	span.End()
+}
+
+// startStatement starts the CLIENT span of a statement that bunqueue runs
+// outside bun, as a statement prepared on the server, where bun's query
+// hooks (bunotel's SQL spans) do not see it. op is the SQL operation, text
+// the statement with its parameter markers.
+func (t *telemetry) startStatement(ctx context.Context, system, op, table, text string) (context.Context, trace.Span) {
+	return t.tracer.Start(ctx, op+" "+table, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		semconv.DBSystemNameKey.String(system),
+		semconv.DBOperationName(op),
+		semconv.DBCollectionName(table),
+		semconv.DBQueryText(text),
+	))
 }
 
 // errorType is the error.type of err: the Go type of the innermost cause

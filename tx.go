@@ -115,7 +115,7 @@ func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []c
 			}
 			tel.end(it)
 		}
-		tel.endBatch(batchSpan, res.err)
+		tel.endSpan(batchSpan, res.err)
 	}()
 	began := time.Now()
 	tx, err := s.begin(ctx, q.client.db)
@@ -148,7 +148,8 @@ func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []c
 		}
 	}
 
-	items, err := q.claim(ctx, tx, limit, keys)
+	prep := s != nil && q.prepares // prepared statements serve the workers, from Start to Stop
+	items, err := q.claim(ctx, tx, prep, limit, keys)
 	if err != nil {
 		res.err = fmt.Errorf("bunqueue: queue %q: claim: %w", q.name, err)
 		if len(keys) == 1 && q.client.dialect.Local(err) {
@@ -263,7 +264,7 @@ func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []c
 		outcomes[i] = recorded
 	}
 
-	still, err := q.stillQueued(ctx, tx, items, outcomes)
+	still, err := q.stillQueued(ctx, tx, prep, items, outcomes)
 	if err != nil {
 		res.err = err
 		return res
@@ -393,10 +394,18 @@ func (q *Queue[T]) runWhole(ctx context.Context, tx bun.Tx, batchSpan trace.Span
 // between the feed's read and now) it tops the batch up from the head of
 // the queue, so that workers of several processes reading the same rows
 // do not come away empty. With keys nil it claims up to limit rows at the
-// head of the queue.
-func (q *Queue[T]) claim(ctx context.Context, tx bun.Tx, limit int, keys []candidate) ([]T, error) {
+// head of the queue. With prep, the claim of one key runs as a prepared
+// statement once there is one.
+func (q *Queue[T]) claim(ctx context.Context, tx bun.Tx, prep bool, limit int, keys []candidate) ([]T, error) {
 	items := make([]T, 0, max(limit, len(keys)))
-	if keys != nil {
+	ok := false
+	if prep && len(keys) == 1 {
+		var err error
+		if items, ok, err = q.claimOne(ctx, tx, keys[0]); err != nil {
+			return nil, err
+		}
+	}
+	if keys != nil && !ok {
 		// FORCE INDEX: a claim that walked another index would lock, for
 		// a moment, rows that other workers are about to claim, and make
 		// them skip those.
@@ -404,6 +413,8 @@ func (q *Queue[T]) claim(ctx context.Context, tx bun.Tx, limit int, keys []candi
 		if err := sqldialect.Locking(sel, q.client.dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return nil, err
 		}
+	}
+	if keys != nil {
 		if len(items) == len(keys) {
 			return items, nil
 		}
@@ -440,8 +451,10 @@ func (q *Queue[T]) byKey(sel *bun.SelectQuery) *bun.SelectQuery {
 }
 
 // stillQueued re-checks, with one query in tx, which of the items whose
-// outcome is succeeded or recorded still match the queue's query.
-func (q *Queue[T]) stillQueued(ctx context.Context, tx bun.Tx, items []T, outcomes []outcome) ([]bool, error) {
+// outcome is succeeded or recorded still match the queue's query. With
+// prep, the re-check of one row runs as a prepared statement once there
+// is one.
+func (q *Queue[T]) stillQueued(ctx context.Context, tx bun.Tx, prep bool, items []T, outcomes []outcome) ([]bool, error) {
 	still := make([]bool, len(items))
 	if q.trusted {
 		return still, nil
@@ -458,6 +471,18 @@ func (q *Queue[T]) stillQueued(ctx context.Context, tx bun.Tx, items []T, outcom
 	}
 	if len(probe) == 0 {
 		return still, nil
+	}
+	if prep && len(probe) == 1 {
+		one, ok, err := q.recheckOne(ctx, tx, &probe[0])
+		if err != nil {
+			return nil, fmt.Errorf("bunqueue: queue %q: re-check that processed rows left the queue: %w", q.name, err)
+		}
+		if ok {
+			for j := range index {
+				still[index[j]] = one
+			}
+			return still, nil
+		}
 	}
 	// By primary key: on the queue's own index, the rows the handlers
 	// just took out of the queue are entries that this transaction

@@ -166,6 +166,13 @@ func (MySQL) ReadSetup() string {
 // ForcePrimary implements Dialect.
 func (MySQL) ForcePrimary() string { return "FORCE INDEX (PRIMARY)" }
 
+// Placeholder implements Dialect.
+func (MySQL) Placeholder(int) string { return "?" }
+
+// System implements Dialect: mysql, for MariaDB too (one dialect serves
+// both).
+func (MySQL) System() string { return "mysql" }
+
 // Now implements Dialect: UTC_TIMESTAMP(6), which needs no time zone
 // tables and ignores the session's time_zone.
 func (MySQL) Now() string { return "UTC_TIMESTAMP(6)" }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -260,6 +261,12 @@ func (Postgres) SessionSetup() string {
 // ForcePrimary implements Dialect: none, PostgreSQL has no index hints (and
 // reads a claim's few keys through the primary key without one).
 func (Postgres) ForcePrimary() string { return "" }
+
+// Placeholder implements Dialect: $n.
+func (Postgres) Placeholder(n int) string { return "$" + strconv.Itoa(n) }
+
+// System implements Dialect.
+func (Postgres) System() string { return "postgresql" }
 
 // Now implements Dialect: statement_timestamp(), a timestamptz. now() is
 // the time the transaction started: a claim's later statements would

@@ -69,6 +69,14 @@ type Dialect interface {
 	// ForcePrimary is the table hint, after "table AS alias", that makes a
 	// claim by primary key read the primary key's index; empty for none.
 	ForcePrimary() string
+	// Placeholder is the parameter marker for the nth argument (from 1)
+	// of a statement prepared on the server; empty where bunqueue
+	// prepares none (a server in the same process gains nothing from it).
+	Placeholder(n int) string
+	// System is the server's name as OpenTelemetry's db.system.name
+	// gives it, for the spans of the statements bunqueue runs outside
+	// bun.
+	System() string
 	// Now is the SQL of the database clock's time, in UTC, to the
 	// microsecond where the server keeps it, for a time column to be
 	// compared with. It is read when the statement starts, not when its

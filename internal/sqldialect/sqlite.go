@@ -259,6 +259,12 @@ func (SQLite) ReadSetup() string { return "" }
 // a claim's few keys without a hint.
 func (SQLite) ForcePrimary() string { return "" }
 
+// Placeholder implements Dialect: none, SQLite runs in the process.
+func (SQLite) Placeholder(int) string { return "" }
+
+// System implements Dialect.
+func (SQLite) System() string { return "sqlite" }
+
 // slNow is SQLite's clock as the jobs tables store times: TEXT in UTC
 // with an offset, as bun's sqlitedialect writes time.Time, to the
 // millisecond (SQLite's clock has no finer resolution). Such strings sort

@@ -1,0 +1,129 @@
+package bunqueue
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/schema"
+
+	"github.com/bunqueue/bunqueue/internal/sqldialect"
+)
+
+// A worker's claim of one row by its key, and the re-check that the row
+// left its queue, run as statements prepared on the server, with the key
+// as their argument: the same text every time, which the server parses
+// and plans once per connection instead of once per row. bun formats its
+// queries on the client, so these two are built by bun with parameter
+// markers where the key goes, and run through database/sql; their text
+// is the cache's key, so a queue whose query changes with every call
+// (one that embeds the time, say) is never prepared. bun's query hooks do
+// not see them: bunqueue starts their CLIENT spans itself.
+
+// preparable reports whether the queue's claims of one row may be
+// prepared: its model has no hooks that bun would run around a SELECT
+// and no relations (a prepared claim is scanned by bun.DB.ScanRows, which
+// knows neither), and its key values pass through database/sql as they are.
+func preparable(typ reflect.Type, table *schema.Table) bool {
+	ptr := reflect.PointerTo(typ)
+	for _, hook := range []reflect.Type{
+		reflect.TypeFor[bun.BeforeSelectHook](),
+		reflect.TypeFor[bun.AfterSelectHook](),
+		reflect.TypeFor[schema.BeforeAppendModelHook](),
+	} {
+		if typ.Implements(hook) || ptr.Implements(hook) {
+			return false
+		}
+	}
+	if len(table.Relations) > 0 {
+		return false
+	}
+	valuer := reflect.TypeFor[driver.Valuer]()
+	for _, f := range table.PKs {
+		t := f.StructField.Type
+		if t.Implements(valuer) {
+			continue
+		}
+		switch t.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.String:
+		default:
+			return false // uint64 (database/sql refuses the high bit), time, bytes, structs
+		}
+	}
+	return true
+}
+
+// whereKeyParam restricts sel to the row whose key values are the
+// arguments of a prepared statement.
+func (q *Queue[T]) whereKeyParam(sel *bun.SelectQuery) *bun.SelectQuery {
+	marks := make([]string, len(q.table.PKs))
+	for i := range marks {
+		marks[i] = q.client.dialect.Placeholder(i + 1)
+	}
+	if len(marks) == 1 {
+		return sel.Where("?TableAlias.? IN (?)", bun.Ident(q.table.PKs[0].Name), bun.Safe(marks[0]))
+	}
+	return sel.Where("(?TablePKs) IN ((?))", bun.Safe(strings.Join(marks, ", ")))
+}
+
+// claimOne claims the row of key k, if it still waits and is not locked,
+// with a prepared statement. ok is false when the statement is not
+// prepared yet: nothing ran, and the row is claimed in text.
+func (q *Queue[T]) claimOne(ctx context.Context, tx bun.Tx, k candidate) (items []T, ok bool, err error) {
+	items = make([]T, 0, 1)
+	sel := q.whereKeyParam(q.query(q.byKey(tx.NewSelect().Model(&items)))).Limit(1)
+	ok, err = q.scanPrepared(ctx, tx, sqldialect.Locking(sel, q.client.dialect.SkipLocked()), k.vals, &items)
+	return items, ok, err
+}
+
+// recheckOne reports, with a prepared statement, whether item still
+// matches the queue's query. ok is false when the statement is not
+// prepared yet: nothing ran, and the re-check runs in text.
+func (q *Queue[T]) recheckOne(ctx context.Context, tx bun.Tx, item *T) (still, ok bool, err error) {
+	found := make([]T, 0, 1)
+	sel := q.whereKeyParam(q.query(q.byKey(tx.NewSelect().Model(&found))).Column(q.pkNames()...)).Limit(1)
+	vals, _ := q.key(item)
+	ok, err = q.scanPrepared(ctx, tx, sel, vals, &found)
+	return len(found) > 0, ok, err
+}
+
+// scanPrepared runs sel, whose key values are parameter markers for args,
+// in tx as a statement prepared on the server, and scans its rows into
+// dest. ok is false when the statement is not prepared (yet): nothing ran.
+// A statement that fails for another reason than a conflict or the end of
+// ctx is dropped, and sel runs in text for a while.
+func (q *Queue[T]) scanPrepared(ctx context.Context, tx bun.Tx, sel *bun.SelectQuery, args []any, dest any) (ok bool, err error) {
+	b, err := sel.AppendQuery(q.client.db.QueryGen(), nil)
+	if err != nil {
+		return false, nil // bun reports it again in text
+	}
+	text := string(b)
+	stmt := q.client.stmts.Get(text)
+	if stmt == nil {
+		return false, nil
+	}
+	ctx, span := q.client.tel.startStatement(ctx, q.client.dialect.System(), "SELECT", q.table.Name, text)
+	err = func() error {
+		ts := tx.Tx.StmtContext(ctx, stmt)
+		defer ts.Close()
+		rows, err := ts.QueryContext(ctx, args...)
+		if err != nil {
+			return err
+		}
+		return q.client.db.ScanRows(ctx, rows, dest) // closes rows
+	}()
+	q.client.tel.endSpan(span, err)
+	d := q.client.dialect
+	if err != nil && !d.Retryable(err) && !d.Local(err) && ctx.Err() == nil && !errors.Is(err, driver.ErrBadConn) {
+		q.client.stmts.Drop(text)
+	}
+	if err != nil {
+		return true, fmt.Errorf("%w (prepared statement)", err)
+	}
+	return true, nil
+}
