@@ -140,7 +140,7 @@ func (b *bench) postBurstTable(ctx context.Context) (result, error) {
 	}
 
 	var burstDone atomic.Int64
-	c1, err := bunqueue.NewClient(db, &bunqueue.Config{Logger: b.log})
+	c1, err := bunqueue.NewClient(db, b.config(bunqueue.Config{}))
 	if err != nil {
 		return result{}, err
 	}
@@ -153,7 +153,7 @@ func (b *bench) postBurstTable(ctx context.Context) (result, error) {
 	}
 
 	var done atomic.Int64
-	c2, err := bunqueue.NewClient(db, &bunqueue.Config{Logger: b.log})
+	c2, err := bunqueue.NewClient(db, b.config(bunqueue.Config{}))
 	if err != nil {
 		return result{}, err
 	}
@@ -209,10 +209,9 @@ func (b *bench) postBurstJobs(ctx context.Context, n, fullSize int, hold bool) (
 	defer release()
 
 	var done atomic.Int64
-	c2, err := bunqueue.NewClient(db, &bunqueue.Config{
-		Logger:    b.log,
+	c2, err := bunqueue.NewClient(db, b.config(bunqueue.Config{
 		JobQueues: map[string]bunqueue.JobQueueConfig{queue: {Workers: workers, BatchSize: 1}},
-	})
+	}))
 	if err != nil {
 		return result{}, err
 	}

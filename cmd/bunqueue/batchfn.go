@@ -46,7 +46,7 @@ func (b *bench) tableBatchFn(ctx context.Context, batch int, factor float64) (re
 			return err
 		},
 		&bunqueue.QueueConfig[benchItem]{Workers: workers, BatchSize: batch})
-	client, err := bunqueue.NewClient(db, &bunqueue.Config{Logger: b.log})
+	client, err := bunqueue.NewClient(db, b.config(bunqueue.Config{}))
 	if err != nil {
 		return result{}, err
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/bunqueue/bunqueue"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
 
@@ -40,7 +41,10 @@ type bench struct {
 	duration time.Duration      // the measured window of each scenario
 	warmup   time.Duration      // run before the window, not measured
 	log      *slog.Logger       // the clients' logger: warnings and errors to stderr
-	progress io.Writer
+	// noPrepared runs the clients with Config.NoPreparedStatements, to
+	// compare.
+	noPrepared bool
+	progress   io.Writer
 
 	large int // rows of the large-backlog scenarios (backlog-1m, memory-1m)
 	burst int // rows of the post-burst scenarios' bursts
@@ -99,9 +103,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	large := fs.Int("large", 0, fmt.Sprintf("waiting rows of the large-backlog scenarios backlog-1m and memory-1m (default %d)", largeFull))
 	burst := fs.Int("burst", 0, fmt.Sprintf("rows processed by the post-burst scenarios before they measure (default %d, %d with --quick;\n"+
 		"post-burst-held takes at most %d)", burstFull, burstQuick, heldBurstMax))
+	noPrepared := fs.Bool("no-prepared", false, "run bunqueue's clients with Config.NoPreparedStatements (every statement in text), to compare")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile of the whole run to `FILE` (go tool pprof reads it)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: bunqueue bench [--quick] [--dsn DSN] [--json] [--duration D] [--only NAMES] [--large N] [--burst N] [--cpuprofile FILE]")
+		fmt.Fprintln(stderr, "Usage: bunqueue bench [--quick] [--dsn DSN] [--json] [--duration D] [--only NAMES] [--large N] [--burst N] [--no-prepared] [--cpuprofile FILE]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Measures, each for a fixed time, the database's commit ceiling and bunqueue's")
 		fmt.Fprintln(stderr, "throughput and latency, in tables named bench_* and jobs queues named bench_*")
@@ -137,6 +142,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		b.duration = *duration
 	}
 	b.warmup = min(time.Second, b.duration/4)
+	b.noPrepared = *noPrepared
 	selected, err := selectScenarios(*only)
 	if err != nil {
 		fmt.Fprintf(stderr, "bench: %v\n", err)
@@ -182,6 +188,13 @@ func newBench(dsn string, stderr io.Writer) *bench {
 		ceiling:  map[int]float64{},
 		results:  map[string]result{},
 	}
+}
+
+// config returns cfg with the bench's logger and settings, for a client.
+func (b *bench) config(cfg bunqueue.Config) *bunqueue.Config {
+	cfg.Logger = b.log
+	cfg.NoPreparedStatements = b.noPrepared
+	return &cfg
 }
 
 // selectScenarios returns the scenarios whose names start with one of the

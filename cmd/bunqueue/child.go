@@ -53,11 +53,12 @@ func runChild(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	batch := fs.Int("batch", 50, "memory: the queue's BatchSize")
 	queue := fs.String("queue", "", "enqueue: the jobs queue")
 	rate := fs.Int("rate", 300, "enqueue: enqueues per second")
+	noPrepared := fs.Bool("no-prepared", false, "Config.NoPreparedStatements")
 	if code := parseFlags(fs, args[1:]); code >= 0 {
 		return code
 	}
 	b := newBench(dsnFrom(""), stderr)
-	b.duration, b.warmup = *duration, *warmup
+	b.duration, b.warmup, b.noPrepared = *duration, *warmup, *noPrepared
 	var rep childReport
 	var err error
 	switch args[0] {
@@ -91,7 +92,7 @@ func (b *bench) childMemory(ctx context.Context, batch int) (childReport, error)
 	}
 	defer db.Close()
 	var done atomic.Int64
-	client, err := bunqueue.NewClient(db, &bunqueue.Config{Logger: b.log})
+	client, err := bunqueue.NewClient(db, b.config(bunqueue.Config{}))
 	if err != nil {
 		return childReport{}, err
 	}
@@ -118,10 +119,9 @@ func (b *bench) childEnqueue(ctx context.Context, queue string, perSecond int) (
 		return childReport{}, err
 	}
 	defer db.Close()
-	client, err := bunqueue.NewClient(db, &bunqueue.Config{
-		Logger:    b.log,
+	client, err := bunqueue.NewClient(db, b.config(bunqueue.Config{
 		JobQueues: map[string]bunqueue.JobQueueConfig{queue: {}},
-	})
+	}))
 	if err != nil {
 		return childReport{}, err
 	}
@@ -166,6 +166,9 @@ func (b *bench) startChild(ctx context.Context, args ...string) (*childProc, err
 	exe, err := selfExe()
 	if err != nil {
 		return nil, fmt.Errorf("find this program to run it as a child: %w", err)
+	}
+	if b.noPrepared {
+		args = append(args, "--no-prepared")
 	}
 	p := &childProc{cmd: exec.CommandContext(ctx, exe, append([]string{childCommand}, args...)...)}
 	p.cmd.Env = append(os.Environ(), "BUNQUEUE_MYSQL_DSN="+b.dsn)

@@ -698,12 +698,12 @@ func (b *bench) runTable(ctx context.Context, run tableRun) (tableStats, error) 
 	if err != nil {
 		return tableStats{}, err
 	}
-	cfg := bunqueue.Config{Logger: b.log}
+	cfg := b.config(bunqueue.Config{})
 	if run.setup != nil {
-		run.setup(&cfg)
+		run.setup(cfg)
 	}
 	var done atomic.Int64
-	client, err := bunqueue.NewClient(db, &cfg)
+	client, err := bunqueue.NewClient(db, cfg)
 	if err != nil {
 		return tableStats{}, err
 	}
@@ -788,10 +788,9 @@ func (b *bench) jobsClient(ctx context.Context, db *bun.DB, queue string, cfg bu
 		}
 	}
 	cleanup() // a run that was killed may have left some
-	client, err := bunqueue.NewClient(db, &bunqueue.Config{
-		Logger:    b.log,
+	client, err := bunqueue.NewClient(db, b.config(bunqueue.Config{
 		JobQueues: map[string]bunqueue.JobQueueConfig{queue: cfg},
-	})
+	}))
 	if err != nil {
 		return nil, nil, err
 	}
