@@ -162,10 +162,11 @@ type Config struct {
 
 	// NoPreparedStatements makes the workers run every statement in text,
 	// as bun formats it. By default a worker's claim of one row by its
-	// key, and the re-check that the row left its queue, run as
-	// statements prepared on the server (once per connection) with the key
-	// as an argument, which costs the server less than a new text each
-	// time. Set it for a connection pooler that does not keep prepared
+	// key, the re-check that the row left its queue, and a lone lock-mode
+	// job's DELETE run as statements prepared on the server (once per
+	// connection) with the key as an argument, which costs the server less
+	// than a new text each time; bun's query hooks do not see them, and
+	// bunqueue makes their spans. Set it for a connection pooler that does not keep prepared
 	// statements, such as PgBouncer in transaction mode before 1.21.
 	NoPreparedStatements bool
 

@@ -179,7 +179,12 @@
 // transaction, started before BEGIN so that SQL spans nest under it, with a
 // link to the item's creation context ([Config.ParentProcessSpans] makes it
 // a child instead). Rows of the app's own tables can carry that context in
-// a column ([QueueConfig.TraceColumn], filled with [TraceParent]).
+// a column ([QueueConfig.TraceColumn], filled with [TraceParent]). A
+// worker's claim of one row by its key, the re-check that the row left
+// its queue, and a lone lock-mode job's DELETE run as statements prepared
+// on the server, outside bun's query hooks: bunqueue makes their CLIENT
+// spans itself
+// ([Config.NoPreparedStatements] runs them in text, through bun).
 //
 // [Client.QueryHook] wakes this process's workers when a transaction that
 // wrote to a watched table commits, so that work created in-process starts

@@ -2,6 +2,7 @@ package bunqueue
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -56,10 +57,21 @@ func (c *Client) jobRunners() []*runner {
 				},
 			})
 		q.trusted = true // completion and failure always take the row out
-		q.complete = func(ctx context.Context, tx bun.Tx, rows []*jobRow) error {
+		q.complete = func(ctx context.Context, tx bun.Tx, prep bool, rows []*jobRow) error {
 			ids := make([]int64, len(rows))
 			for i, row := range rows {
 				ids[i] = row.ID
+			}
+			if stmt, lead := c.completion(); prep && len(ids) == 1 && len(lead) == 0 {
+				// One job's DELETE runs prepared, once there is one.
+				text := stmt + "id IN (" + c.dialect.Placeholder(1) + ")"
+				ok, err := c.prepared(ctx, tx, "DELETE", "bunqueue_jobs", text, func(ctx context.Context, st *sql.Stmt) error {
+					_, err := st.ExecContext(ctx, ids[0])
+					return err
+				})
+				if ok {
+					return err
+				}
 			}
 			return c.completeJobs(ctx, tx, ids)
 		}

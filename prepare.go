@@ -2,6 +2,7 @@ package bunqueue
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -95,35 +96,41 @@ func (q *Queue[T]) recheckOne(ctx context.Context, tx bun.Tx, item *T) (still, o
 // scanPrepared runs sel, whose key values are parameter markers for args,
 // in tx as a statement prepared on the server, and scans its rows into
 // dest. ok is false when the statement is not prepared (yet): nothing ran.
-// A statement that fails for another reason than a conflict or the end of
-// ctx is dropped, and sel runs in text for a while.
 func (q *Queue[T]) scanPrepared(ctx context.Context, tx bun.Tx, sel *bun.SelectQuery, args []any, dest any) (ok bool, err error) {
 	b, err := sel.AppendQuery(q.client.db.QueryGen(), nil)
 	if err != nil {
 		return false, nil // bun reports it again in text
 	}
-	text := string(b)
-	stmt := q.client.stmts.Get(text)
-	if stmt == nil {
-		return false, nil
-	}
-	ctx, span := q.client.tel.startStatement(ctx, q.client.dialect.System(), "SELECT", q.table.Name, text)
-	err = func() error {
-		ts := tx.Tx.StmtContext(ctx, stmt)
-		defer ts.Close()
-		rows, err := ts.QueryContext(ctx, args...)
+	return q.client.prepared(ctx, tx, "SELECT", q.table.Name, string(b), func(ctx context.Context, st *sql.Stmt) error {
+		rows, err := st.QueryContext(ctx, args...)
 		if err != nil {
 			return err
 		}
 		return q.client.db.ScanRows(ctx, rows, dest) // closes rows
-	}()
-	q.client.tel.endSpan(span, err)
-	d := q.client.dialect
-	if err != nil && !d.Retryable(err) && !d.Local(err) && ctx.Err() == nil && !errors.Is(err, driver.ErrBadConn) {
-		q.client.stmts.Drop(text)
+	})
+}
+
+// prepared runs fn, in tx, with the statement prepared for text, in a
+// CLIENT span named for op (SELECT, DELETE) and table. ok is false when
+// text is not prepared (yet): nothing ran, and the caller runs it in text.
+// A statement that fails for another reason than a conflict, a lost
+// connection, a value the model cannot hold or the end of ctx is dropped,
+// and its text runs as it is for a while.
+func (c *Client) prepared(ctx context.Context, tx bun.Tx, op, table, text string, fn func(ctx context.Context, st *sql.Stmt) error) (ok bool, err error) {
+	stmt := c.stmts.Get(text)
+	if stmt == nil {
+		return false, nil
 	}
-	if err != nil {
-		return true, fmt.Errorf("%w (prepared statement)", err)
+	ctx, span := c.tel.startStatement(ctx, c.dialect.System(), op, table, text)
+	ts := tx.Tx.StmtContext(ctx, stmt)
+	err = fn(ctx, ts)
+	_ = ts.Close()
+	c.tel.endSpan(span, err)
+	if err == nil {
+		return true, nil
 	}
-	return true, nil
+	if d := c.dialect; !d.Retryable(err) && !d.Local(err) && ctx.Err() == nil && !errors.Is(err, driver.ErrBadConn) {
+		c.stmts.Drop(text)
+	}
+	return true, fmt.Errorf("%w (prepared statement)", err)
 }

@@ -214,8 +214,9 @@ func TestPreparedNotForChangingTextOrWhenTurnedOff(t *testing.T) {
 	}
 }
 
-// Jobs at one per transaction: the lock-mode claim runs prepared (the
-// library's own worker skips the re-check), and every job runs once.
+// Jobs at one per transaction: the lock-mode claim and the job's DELETE
+// run prepared (the library's own worker skips the re-check), and every
+// job runs once.
 func TestPreparedJobClaims(t *testing.T) {
 	t.Parallel()
 	const jobs = 200
@@ -238,14 +239,19 @@ func TestPreparedJobClaims(t *testing.T) {
 		require.NoError(t, err)
 	}
 	start(t, c)
-	eventually(t, 30*time.Second, func() bool { return runs.Load() >= jobs && count(t, db, "SELECT COUNT(*) FROM bunqueue_jobs WHERE queue = ?", queue) == 0 }, "the jobs run")
+	eventually(t, 30*time.Second, func() bool {
+		return runs.Load() >= jobs && count(t, db, "SELECT COUNT(*) FROM bunqueue_jobs WHERE queue = ?", queue) == 0
+	}, "the jobs run")
 	require.Len(t, seen, jobs)
 	for id, n := range seen {
 		require.Equal(t, 1, n, "job %d ran %d times", id, n)
 	}
 	claims, _ := preparedSpans(tel.spans, "bunqueue_jobs")
 	require.NotEmpty(t, claims, "no job claim ran prepared")
-	for _, s := range claims {
-		require.Equal(t, codes.Unset, s.Status.Code, "a prepared claim failed: %s", s.Status.Description)
+	deletes := spansOf(tel.spans, spanAll(spanNamed("DELETE bunqueue_jobs"), spanHas("db.operation.name", "DELETE")))
+	require.NotEmpty(t, deletes, "no job's DELETE ran prepared")
+	for _, s := range append(claims, deletes...) {
+		require.Equal(t, codes.Unset, s.Status.Code, "a prepared statement failed: %s", s.Status.Description)
 	}
+	t.Logf("%d prepared claims, %d prepared DELETEs for %d jobs", len(claims), len(deletes), jobs)
 }

@@ -56,8 +56,9 @@ type Queue[T any] struct {
 	outcomeF func(item *T, cause error) string
 	// complete, if set, takes the items whose handlers succeeded out of
 	// the queue, in one statement, before the batch commits: their
-	// handlers leave that to it.
-	complete func(ctx context.Context, tx bun.Tx, items []*T) error
+	// handlers leave that to it. With prep, the statement for one item
+	// may run prepared.
+	complete func(ctx context.Context, tx bun.Tx, prep bool, items []*T) error
 
 	hooks hooks // set by Client.Add
 

@@ -336,7 +336,7 @@ func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []c
 	}
 
 	if q.complete != nil && len(completed) > 0 && !committed {
-		if err := q.complete(ctx, tx, completed); err != nil {
+		if err := q.complete(ctx, tx, prep, completed); err != nil {
 			res.err = fmt.Errorf("bunqueue: queue %q: complete: %w", q.name, err)
 			return res
 		}
