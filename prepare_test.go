@@ -208,8 +208,8 @@ func TestPreparedNotForChangingTextOrWhenTurnedOff(t *testing.T) {
 			}, "the queue drains")
 			require.Equal(t, items, count(t, db, "SELECT COUNT(*) FROM bq_test_prepared_now WHERE queue = ? AND status = 'done'", tc.queue))
 			claims, rechecks := preparedSpans(tel.spans, "bq_test_prepared_now")
-			require.Empty(t, claims, "a claim ran prepared")
-			require.Empty(t, rechecks, "a re-check ran prepared")
+			require.Zero(t, len(claims), "claims ran prepared")
+			require.Zero(t, len(rechecks), "re-checks ran prepared")
 		})
 	}
 }
@@ -254,4 +254,40 @@ func TestPreparedJobClaims(t *testing.T) {
 		require.Equal(t, codes.Unset, s.Status.Code, "a prepared statement failed: %s", s.Status.Description)
 	}
 	t.Logf("%d prepared claims, %d prepared DELETEs for %d jobs", len(claims), len(deletes), jobs)
+}
+
+type preparedHookedItem struct {
+	bun.BaseModel `bun:"table:bq_test_prepared_hooked"`
+	ID            int64 `bun:",pk"`
+	Status        string
+}
+
+var preparedHookCalls atomic.Int64
+
+func (*preparedHookedItem) BeforeSelect(context.Context, *bun.SelectQuery) error {
+	preparedHookCalls.Add(1)
+	return nil
+}
+
+// A model with a select hook is claimed in text, through bun, so that the
+// hook runs for every claim.
+func TestPreparedNotForModelsWithSelectHooks(t *testing.T) {
+	t.Parallel()
+	const items = 100
+	db := dbtest.Open(t, 0)
+	createTable(t, db, "bq_test_prepared_hooked", "id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL DEFAULT 'waiting', INDEX (status, id)")
+	insertIDs(t, db, "bq_test_prepared_hooked", items)
+	q := bunqueue.NewQueue("prepared-hooked", func(q *bun.SelectQuery) *bun.SelectQuery {
+		return q.Where("status = 'waiting'").Order("id")
+	}, markDone[preparedHookedItem], &bunqueue.QueueConfig[preparedHookedItem]{Workers: 2, BatchSize: 1})
+	tel := newTelBundle(t)
+	start(t, tel.client(t, db, bunqueue.Config{}, q))
+	eventually(t, 30*time.Second, func() bool {
+		return count(t, db, "SELECT COUNT(*) FROM bq_test_prepared_hooked WHERE status = 'waiting'") == 0
+	}, "the queue drains")
+	claims, rechecks := preparedSpans(tel.spans, "bq_test_prepared_hooked")
+	require.Zero(t, len(claims), "claims ran prepared")
+	require.Zero(t, len(rechecks), "re-checks ran prepared")
+	// Each row's claim and re-check ran the hook (the feed's reads too).
+	require.GreaterOrEqual(t, preparedHookCalls.Load(), int64(2*items))
 }
