@@ -36,6 +36,14 @@ func waitPrepared(t *testing.T, c *prepared.Cache, text string) *sql.Stmt {
 	return st
 }
 
+// requireRuns runs st in a transaction of db and checks its one value.
+func requireRuns(t *testing.T, db *sql.DB, st *sql.Stmt, want int) {
+	t.Helper()
+	n, err := queryInTx(t.Context(), db, st)
+	require.NoError(t, err)
+	require.Equal(t, want, n)
+}
+
 // queryInTx runs st in a transaction of db and returns its one value.
 func queryInTx(ctx context.Context, db *sql.DB, st *sql.Stmt) (int, error) {
 	tx, err := db.BeginTx(ctx, nil)
@@ -60,9 +68,7 @@ func TestPreparedOnTheSecondAsking(t *testing.T) {
 		st := waitPrepared(t, c, "SELECT 41 + 1")
 		require.Same(t, st, c.Get("SELECT 41 + 1"))
 		for range 3 {
-			n, err := queryInTx(t.Context(), db, st)
-			require.NoError(t, err)
-			require.Equal(t, 42, n)
+			requireRuns(t, db, st, 42)
 		}
 	})
 }
@@ -126,10 +132,7 @@ func TestPreparationNeverBlocksTheCaller(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		require.Nil(t, c.Get("SELECT 5"), "prepared without a connection")
 		require.NoError(t, tx.Rollback())
-		st := waitPrepared(t, c, "SELECT 5")
-		n, err := queryInTx(t.Context(), db, st)
-		require.NoError(t, err)
-		require.Equal(t, 5, n)
+		requireRuns(t, db, waitPrepared(t, c, "SELECT 5"), 5)
 	})
 }
 
@@ -161,8 +164,6 @@ func TestDropAndClose(t *testing.T) {
 		require.ErrorContains(t, other.QueryRowContext(t.Context()).Scan(&n), "statement is closed")
 		// A worker that took it just before still runs it: database/sql
 		// prepares a closed statement again for the transaction.
-		n, err = queryInTx(t.Context(), db, other)
-		require.NoError(t, err)
-		require.Equal(t, 4, n)
+		requireRuns(t, db, other, 4)
 	})
 }
