@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -113,9 +112,9 @@ func (q *Queue[T]) scanPrepared(ctx context.Context, tx bun.Tx, sel *bun.SelectQ
 // prepared runs fn, in tx, with the statement prepared for text, in a
 // CLIENT span named for op (SELECT, DELETE) and table. ok is false when
 // text is not prepared (yet): nothing ran, and the caller runs it in text.
-// A statement that fails for another reason than a conflict, a lost
-// connection, a value the model cannot hold or the end of ctx is dropped,
-// and its text runs as it is for a while.
+// A statement the server refused (Dialect.Refused: not a conflict, a kill
+// or a lost connection) is dropped, and its text runs as it is for a
+// while.
 func (c *Client) prepared(ctx context.Context, tx bun.Tx, op, table, text string, fn func(ctx context.Context, st *sql.Stmt) error) (ok bool, err error) {
 	stmt := c.stmts.Get(text)
 	if stmt == nil {
@@ -129,7 +128,7 @@ func (c *Client) prepared(ctx context.Context, tx bun.Tx, op, table, text string
 	if err == nil {
 		return true, nil
 	}
-	if d := c.dialect; !d.Retryable(err) && !d.Local(err) && ctx.Err() == nil && !errors.Is(err, driver.ErrBadConn) {
+	if c.dialect.Refused(err) && ctx.Err() == nil {
 		c.stmts.Drop(text)
 	}
 	return true, fmt.Errorf("%w (prepared statement)", err)

@@ -291,3 +291,66 @@ func TestPreparedNotForModelsWithSelectHooks(t *testing.T) {
 	// Each row's claim and re-check ran the hook (the feed's reads too).
 	require.GreaterOrEqual(t, preparedHookCalls.Load(), int64(2*items))
 }
+
+type preparedAlterItem struct {
+	bun.BaseModel `bun:"table:bq_test_prepared_alter"`
+	ID            int64 `bun:",pk"`
+	Status        string
+	Note          string
+}
+
+// A migration that changes a column's type while the workers run: on
+// PostgreSQL the prepared claims then fail once per connection ("cached
+// plan must not change result type"); bunqueue drops the statement, and
+// every row is processed once all the same. MySQL and MariaDB prepare the
+// statement again by themselves.
+func TestPreparedClaimsSurviveASchemaChange(t *testing.T) {
+	t.Parallel()
+	const items = 400
+	db := dbtest.Open(t, 0)
+	createTable(t, db, "bq_test_prepared_alter", "id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL DEFAULT 'waiting', note VARCHAR(16) NOT NULL DEFAULT '', INDEX (status, id)")
+	createTable(t, db, "bq_test_prepared_alter_effect", "item_id BIGINT NOT NULL, UNIQUE KEY (item_id)")
+	insertIDs(t, db, "bq_test_prepared_alter", items/2)
+	q := bunqueue.NewQueue("prepared-alter", func(q *bun.SelectQuery) *bun.SelectQuery {
+		return q.Where("status = 'waiting'").Order("id")
+	}, func(ctx context.Context, tx bun.Tx, it *preparedAlterItem) error {
+		if _, err := tx.ExecContext(ctx, "INSERT INTO bq_test_prepared_alter_effect (item_id) VALUES (?)", it.ID); err != nil {
+			return err
+		}
+		_, err := tx.NewUpdate().Model(it).Set("status = 'done'").WherePK().Exec(ctx)
+		return err
+	}, &bunqueue.QueueConfig[preparedAlterItem]{Workers: 3, BatchSize: 1})
+	tel := newTelBundle(t)
+	start(t, tel.client(t, db, bunqueue.Config{}, q))
+	done := func() int { return count(t, db, "SELECT COUNT(*) FROM bq_test_prepared_alter WHERE status = 'done'") }
+	eventually(t, 30*time.Second, func() bool { return done() == items/2 }, "the first half is processed")
+	claims, _ := preparedSpans(tel.spans, "bq_test_prepared_alter")
+	require.NotEmpty(t, claims, "no claim ran prepared before the change")
+
+	if isPG(db) {
+		dbtest.Exec(t, db, "ALTER TABLE bq_test_prepared_alter ALTER COLUMN note TYPE TEXT")
+	} else {
+		dbtest.Exec(t, db, "ALTER TABLE bq_test_prepared_alter MODIFY note VARCHAR(64) NOT NULL DEFAULT ''")
+	}
+	var vals []string
+	for id := items/2 + 1; id <= items; id++ {
+		vals = append(vals, fmt.Sprintf("(%d)", id))
+	}
+	dbtest.Exec(t, db, "INSERT INTO bq_test_prepared_alter (id) VALUES "+strings.Join(vals, ", "))
+	eventually(t, 30*time.Second, func() bool { return done() == items }, "the second half is processed")
+	require.Equal(t, items, count(t, db, "SELECT COUNT(*) FROM bq_test_prepared_alter_effect"), "one effect per item")
+
+	var failed int
+	for _, s := range spansOf(tel.spans, spanAll(spanNamed("SELECT bq_test_prepared_alter"))) {
+		if s.Status.Code == codes.Error {
+			failed++
+			t.Logf("a prepared statement failed: %s", s.Status.Description)
+		}
+	}
+	t.Logf("%d prepared statements failed after the change", failed)
+	if isPG(db) {
+		require.Positive(t, failed, "the change made no prepared claim fail: the test did not reach the failure")
+	} else {
+		require.Zero(t, failed)
+	}
+}

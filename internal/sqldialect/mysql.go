@@ -41,6 +41,21 @@ func (MySQL) Retryable(err error) bool {
 	return false
 }
 
+// Refused implements Dialect: a server error other than a conflict, a
+// KILL of the statement (1317) or of the session (1927), or a shutdown
+// (1053).
+func (d MySQL) Refused(err error) bool {
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) || d.Retryable(err) {
+		return false
+	}
+	switch me.Number {
+	case 1317, 1927, 1053:
+		return false
+	}
+	return true
+}
+
 // CheckServer implements Dialect. It creates ProbeTable if it is missing
 // (only then: CREATE TABLE IF NOT EXISTS needs the CREATE privilege even
 // when the table exists).

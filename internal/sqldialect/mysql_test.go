@@ -118,6 +118,34 @@ func TestCheckTable(t *testing.T) {
 	}
 }
 
+// Refused tells a statement the server refused from a conflict, a kill or
+// a lost connection.
+func TestRefused(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"too many prepared statements", &mysql.MySQLError{Number: 1461}, true},
+		{"no such table, wrapped", fmt.Errorf("x: %w", &mysql.MySQLError{Number: 1146}), true},
+		{"deadlock", &mysql.MySQLError{Number: 1213}, false},
+		{"lock wait timeout", &mysql.MySQLError{Number: 1205}, false},
+		{"query killed", &mysql.MySQLError{Number: 1317}, false},
+		{"connection killed", &mysql.MySQLError{Number: 1927}, false},
+		{"server shutdown", &mysql.MySQLError{Number: 1053}, false},
+		{"invalid connection", mysql.ErrInvalidConn, false},
+		{"bad connection", driver.ErrBadConn, false},
+		{"context deadline", context.DeadlineExceeded, false},
+		{"a local error", errors.New("sql: Scan error on column index 0"), false},
+		{"nil", nil, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, sqldialect.MySQL{}.Refused(tt.err))
+		})
+	}
+}
+
 func TestRetryable(t *testing.T) {
 	t.Parallel()
 	deadlock := &mysql.MySQLError{Number: 1213, Message: "Deadlock found when trying to get lock"}

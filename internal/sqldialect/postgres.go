@@ -41,6 +41,14 @@ func (Postgres) Retryable(err error) bool {
 	return false
 }
 
+// Refused implements Dialect: a server error other than a conflict, a
+// connection exception (class 08) or an operator's intervention (class 57:
+// a cancelled statement, a terminated session, a shutdown).
+func (d Postgres) Refused(err error) bool {
+	state := sqlState(err)
+	return state != "" && !d.Retryable(err) && !strings.HasPrefix(state, "08") && !strings.HasPrefix(state, "57")
+}
+
 // sqlState returns the SQLSTATE of the server error in err's chain, or ""
 // for none: pgx's *pgconn.PgError (and lib/pq's *pq.Error) have
 // SQLState(), bun's pgdriver.Error has Field('C').

@@ -156,6 +156,33 @@ func TestPostgresSkipLocked(t *testing.T) {
 	require.True(t, pg.Retryable(err), "FOR SHARE waits for the claim: %v", err)
 }
 
+// Refused tells a statement the server refused from a conflict, a
+// cancellation, a terminated session or a lost connection.
+func TestPostgresRefused(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"cached plan changed", &pgconn.PgError{Code: "0A000"}, true},
+		{"no such prepared statement", fmt.Errorf("x: %w", &pgconn.PgError{Code: "26000"}), true},
+		{"pgdriver no such table", fieldError{'C': "42P01"}, true},
+		{"deadlock", &pgconn.PgError{Code: "40P01"}, false},
+		{"lock timeout", &pgconn.PgError{Code: "55P03"}, false},
+		{"statement cancelled", &pgconn.PgError{Code: "57014"}, false},
+		{"session terminated", &pgconn.PgError{Code: "57P01"}, false},
+		{"connection failure", &pgconn.PgError{Code: "08006"}, false},
+		{"bad connection", driver.ErrBadConn, false},
+		{"a local error", errors.New("sql: Scan error on column index 0"), false},
+		{"nil", nil, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, pg.Refused(tt.err))
+		})
+	}
+}
+
 func TestPostgresRetryable(t *testing.T) {
 	t.Parallel()
 	deadlock := &pgconn.PgError{Code: "40P01", Message: "deadlock detected"}

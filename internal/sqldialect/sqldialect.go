@@ -34,6 +34,11 @@ type Dialect interface {
 	// Retryable reports whether err is a transient conflict (deadlock,
 	// lock wait timeout) after which the transaction should be retried.
 	Retryable(err error) bool
+	// Refused reports whether err is the server's refusal of a statement
+	// itself (an SQL error with its code), not a conflict, a lost
+	// connection, a session ended on the server, or an error of this
+	// process: after it, a prepared statement is dropped.
+	Refused(err error) bool
 	// CheckServer proves, with two connections, that the server skips
 	// locked rows instead of waiting for them or ignoring the clause.
 	CheckServer(ctx context.Context, db *bun.DB) error

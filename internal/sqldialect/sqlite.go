@@ -260,6 +260,9 @@ func (SQLite) ReadSetup() string { return "" }
 func (SQLite) ForcePrimary() string { return "" }
 
 // Placeholder implements Dialect: none, SQLite runs in the process.
+// Refused implements Dialect: SQLite prepares nothing for bunqueue.
+func (SQLite) Refused(error) bool { return false }
+
 func (SQLite) Placeholder(int) string { return "" }
 
 // System implements Dialect.
