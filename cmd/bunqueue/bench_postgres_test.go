@@ -26,7 +26,7 @@ func TestBenchPostgres(t *testing.T) {
 	bin := buildBinary(t)
 
 	only := []string{"ceiling-1", "seed-baseline", "backlog-1m", "post-burst-table", "post-burst-held", "memory-1k", "latency-xproc",
-		"write-only", "write-only-jobs-b50", "design-bound", "design-bound-jobs", "design-bound-prepared"}
+		"write-only", "write-only-jobs-b50", "design-bound", "design-bound-jobs", "design-bound-prepared", "table-b1-prepared-handler"}
 	// Half a second: in 200 ms (50 ms of warm-up) a CI run, loaded by the
 	// other packages' tests, once saw no transaction of 50 DELETEs commit
 	// (write-only-jobs-b50 at 0 items/s).

@@ -87,7 +87,8 @@ func TestCommand(t *testing.T) {
 	t.Run("bench new scenarios", func(t *testing.T) {
 		only := []string{"backlog-1m", "tracing-on", "table-defaults", "latency-xproc", "jobs-defaults",
 			"post-burst-table", "post-burst-jobs", "memory-1k", "memory-1m", "post-burst-held",
-			"write-only", "write-only-b50", "write-only-jobs", "write-only-jobs-b50", "design-bound", "design-bound-b50", "design-bound-jobs", "design-bound-prepared"}
+			"write-only", "write-only-b50", "write-only-jobs", "write-only-jobs-b50", "design-bound", "design-bound-b50", "design-bound-jobs", "design-bound-prepared",
+			"table-b1-prepared-handler"}
 		if batchFnScenario != nil {
 			only = append(only, batchFnScenario.name)
 		}

@@ -102,6 +102,9 @@ func scenarios() []scenario {
 		// Right after table-b1, which it compares itself with.
 		{name: "backlog-1m", desc: "table-b1 on a large backlog (--large rows)", concurrency: workers, needs: []string{"table-b1"},
 			run: func(ctx context.Context, b *bench) (result, error) { return b.backlogLarge(ctx) }},
+		// Right after table-b1, which it compares itself with.
+		{name: "table-b1-prepared-handler", desc: "table-b1 with a handler that runs its UPDATE prepared (tx.Tx.StmtContext)", concurrency: workers, needs: []string{"table-b1"},
+			run: func(ctx context.Context, b *bench) (result, error) { return b.preparedHandler(ctx) }},
 		{name: "table-b50", desc: "any-table queue, BatchSize 50", concurrency: workers,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.tableQueue(ctx, b50, 8) }},
 		// Right after table-b50, which it compares itself with.
@@ -672,6 +675,9 @@ type tableRun struct {
 	cfg   *bunqueue.QueueConfig[benchItem] // nil: all defaults
 	pool  int                              // the connection pool; 0: poolSize
 	setup func(cfg *bunqueue.Config)       // changes the client's config, if set
+	// preparedUpdate: the handler runs its UPDATE as a statement prepared
+	// on the pool, through the item's transaction, instead of through bun.
+	preparedUpdate bool
 }
 
 // tableStats is what a tableRun saw.
@@ -707,7 +713,22 @@ func (b *bench) runTable(ctx context.Context, run tableRun) (tableStats, error) 
 	if err != nil {
 		return tableStats{}, err
 	}
-	if err := client.Add(b.itemsQueue(&done, run.cfg)); err != nil {
+	q := b.itemsQueue(&done, run.cfg)
+	if run.preparedUpdate {
+		stmt, err := db.DB.PrepareContext(ctx, "UPDATE "+itemsTable+" SET status = 'sent' WHERE id = "+b.dialect.Placeholder(1))
+		if err != nil {
+			return tableStats{}, err
+		}
+		defer stmt.Close()
+		q = bunqueue.NewQueue(itemsTable, b.itemsQuery, func(ctx context.Context, tx bun.Tx, item *benchItem) error {
+			_, err := tx.Tx.StmtContext(ctx, stmt).ExecContext(ctx, item.ID)
+			if err == nil {
+				done.Add(1)
+			}
+			return err
+		}, run.cfg)
+	}
+	if err := client.Add(q); err != nil {
 		return tableStats{}, err
 	}
 	w, err := b.runClient(ctx, client, &done, db)
