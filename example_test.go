@@ -414,3 +414,60 @@ func ExampleNewBatchQueue() {
 	// /docs 333
 	// /pricing 333
 }
+
+// A handler can run its own write as a statement prepared on the server,
+// once per connection, instead of a text that bun formats anew for every
+// row: prepare it on the pool and run it in the item's transaction
+// through tx.Tx.StmtContext. It still commits with the item. bun's query
+// hooks (Client.QueryHook among them) do not see it.
+func ExampleHandlerFunc_prepared() {
+	type Order struct {
+		bun.BaseModel `bun:"table:bq_example_prepared"`
+		ID            int64 `bun:",pk"`
+		Status        string
+	}
+	ctx := context.Background()
+	db := openExampleDB("bq_example_prepared", "id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL DEFAULT 'new', INDEX (status, id)")
+	defer db.Close()
+	defer db.Exec("DROP TABLE bq_example_prepared")
+	if _, err := db.Exec("INSERT INTO bq_example_prepared (id) VALUES (1), (2)"); err != nil {
+		log.Fatal(err)
+	}
+
+	// ? on MySQL and MariaDB; $1 on PostgreSQL.
+	ship, err := db.DB.PrepareContext(ctx, "UPDATE bq_example_prepared SET status = 'shipped' WHERE id = ?")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ship.Close()
+
+	orders := bunqueue.NewQueue("orders",
+		func(q *bun.SelectQuery) *bun.SelectQuery { return q.Where("status = 'new'").Order("id") },
+		func(ctx context.Context, tx bun.Tx, o *Order) error {
+			_, err := tx.Tx.StmtContext(ctx, ship).ExecContext(ctx, o.ID)
+			return err
+		}, nil)
+	client, err := bunqueue.NewClient(db, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := client.Add(orders); err != nil {
+		log.Fatal(err)
+	}
+	for {
+		ok, err := orders.ProcessNext(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+	}
+	var shipped int
+	if err := db.QueryRow("SELECT COUNT(*) FROM bq_example_prepared WHERE status = 'shipped'").Scan(&shipped); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("shipped:", shipped)
+	// Output:
+	// shipped: 2
+}
