@@ -14,15 +14,16 @@ import (
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
 
-// A worker's claim of one row by its key, and the re-check that the row
-// left its queue, run as statements prepared on the server, with the key
-// as their argument: the same text every time, which the server parses
-// and plans once per connection instead of once per row. bun formats its
-// queries on the client, so these two are built by bun with parameter
-// markers where the key goes, and run through database/sql; their text
-// is the cache's key, so a queue whose query changes with every call
-// (one that embeds the time, say) is never prepared. bun's query hooks do
-// not see them: bunqueue starts their CLIENT spans itself.
+// A worker's claim of one row by its key, the re-check that the row left
+// its queue, and a lone lock-mode job's DELETE run as statements prepared
+// on the server, with the key as their argument: the same text every
+// time, which the server parses and plans once per connection instead of
+// once per row. bun formats its queries on the client, so the claim and
+// the re-check are built by bun with parameter markers where the key
+// goes, and run through database/sql; their text is the cache's key, so a
+// queue whose query changes with every call (one that embeds the time,
+// say) is never prepared. bun's query hooks do not see them: bunqueue
+// starts their CLIENT spans itself.
 
 // preparable reports whether the queue's claims of one row may be
 // prepared: its model has no hooks that bun would run around a SELECT
