@@ -35,6 +35,14 @@ func preparedSpans(exp *tracetest.InMemoryExporter, table string) (claims, reche
 	return claims, rechecks
 }
 
+// waitDrained waits until table has no waiting rows left.
+func waitDrained(t *testing.T, db *bun.DB, table string, wait time.Duration) {
+	t.Helper()
+	eventually(t, wait, func() bool {
+		return count(t, db, "SELECT COUNT(*) FROM "+table+" WHERE status = 'waiting'") == 0
+	}, "%s drains", table)
+}
+
 type preparedItem struct {
 	bun.BaseModel `bun:"table:bq_test_prepared"`
 	ID            int64 `bun:",pk"`
@@ -85,9 +93,7 @@ func TestPreparedClaimsAcrossClients(t *testing.T) {
 	for _, c := range cs {
 		start(t, c)
 	}
-	eventually(t, 60*time.Second, func() bool {
-		return count(t, db, "SELECT COUNT(*) FROM bq_test_prepared WHERE status = 'waiting'") == 0
-	}, "the queue drains")
+	waitDrained(t, db, "bq_test_prepared", 60*time.Second)
 
 	require.Equal(t, items, count(t, db, "SELECT COUNT(*) FROM bq_test_prepared_effect"), "one effect per item")
 	require.Equal(t, items, count(t, db, "SELECT COUNT(*) FROM bq_test_prepared WHERE status = 'done'"))
@@ -150,9 +156,7 @@ func TestPreparedClaimsCompositeKey(t *testing.T) {
 	}, &bunqueue.QueueConfig[preparedPairItem]{Workers: 2, BatchSize: 1})
 	tel := newTelBundle(t)
 	start(t, tel.client(t, db, bunqueue.Config{}, q))
-	eventually(t, 30*time.Second, func() bool {
-		return count(t, db, "SELECT COUNT(*) FROM bq_test_prepared_pair WHERE status = 'waiting'") == 0
-	}, "the queue drains")
+	waitDrained(t, db, "bq_test_prepared_pair", 30*time.Second)
 	require.Equal(t, int64(items), done.Load())
 	claims, rechecks := preparedSpans(tel.spans, "bq_test_prepared_pair")
 	require.NotEmpty(t, claims)
@@ -282,9 +286,7 @@ func TestPreparedNotForModelsWithSelectHooks(t *testing.T) {
 	}, markDone[preparedHookedItem], &bunqueue.QueueConfig[preparedHookedItem]{Workers: 2, BatchSize: 1})
 	tel := newTelBundle(t)
 	start(t, tel.client(t, db, bunqueue.Config{}, q))
-	eventually(t, 30*time.Second, func() bool {
-		return count(t, db, "SELECT COUNT(*) FROM bq_test_prepared_hooked WHERE status = 'waiting'") == 0
-	}, "the queue drains")
+	waitDrained(t, db, "bq_test_prepared_hooked", 30*time.Second)
 	claims, rechecks := preparedSpans(tel.spans, "bq_test_prepared_hooked")
 	require.Zero(t, len(claims), "claims ran prepared")
 	require.Zero(t, len(rechecks), "re-checks ran prepared")
