@@ -6,7 +6,6 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"reflect"
-	"strings"
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/schema"
@@ -59,17 +58,14 @@ func preparable(typ reflect.Type, table *schema.Table) bool {
 	return true
 }
 
-// whereKeyParam restricts sel to the row whose key values are the
-// arguments of a prepared statement.
-func (q *Queue[T]) whereKeyParam(sel *bun.SelectQuery) *bun.SelectQuery {
-	marks := make([]string, len(q.table.PKs))
+// markers is the key of a prepared statement's row: the dialect's
+// parameter markers in place of its values, for onlyKeys.
+func (q *Queue[T]) markers() []candidate {
+	marks := make([]any, len(q.table.PKs))
 	for i := range marks {
-		marks[i] = q.client.dialect.Placeholder(i + 1)
+		marks[i] = bun.Safe(q.client.dialect.Placeholder(i + 1))
 	}
-	if len(marks) == 1 {
-		return sel.Where("?TableAlias.? IN (?)", bun.Ident(q.table.PKs[0].Name), bun.Safe(marks[0]))
-	}
-	return sel.Where("(?TablePKs) IN ((?))", bun.Safe(strings.Join(marks, ", ")))
+	return []candidate{{vals: marks}}
 }
 
 // claimOne claims the row of key k, if it still waits and is not locked,
@@ -77,7 +73,7 @@ func (q *Queue[T]) whereKeyParam(sel *bun.SelectQuery) *bun.SelectQuery {
 // prepared yet: nothing ran, and the row is claimed in text.
 func (q *Queue[T]) claimOne(ctx context.Context, tx bun.Tx, k candidate) (items []T, ok bool, err error) {
 	items = make([]T, 0, 1)
-	sel := q.whereKeyParam(q.query(q.byKey(tx.NewSelect().Model(&items)))).Limit(1)
+	sel := q.onlyKeys(q.query(q.byKey(tx.NewSelect().Model(&items))), q.markers()).Limit(1)
 	ok, err = q.scanPrepared(ctx, tx, sqldialect.Locking(sel, q.client.dialect.SkipLocked()), k.vals, &items)
 	return items, ok, err
 }
@@ -87,7 +83,7 @@ func (q *Queue[T]) claimOne(ctx context.Context, tx bun.Tx, k candidate) (items 
 // prepared yet: nothing ran, and the re-check runs in text.
 func (q *Queue[T]) recheckOne(ctx context.Context, tx bun.Tx, item *T) (still, ok bool, err error) {
 	found := make([]T, 0, 1)
-	sel := q.whereKeyParam(q.query(q.byKey(tx.NewSelect().Model(&found))).Column(q.pkNames()...)).Limit(1)
+	sel := q.onlyKeys(q.query(q.byKey(tx.NewSelect().Model(&found))).Column(q.pkNames()...), q.markers()).Limit(1)
 	vals, _ := q.key(item)
 	ok, err = q.scanPrepared(ctx, tx, sel, vals, &found)
 	return len(found) > 0, ok, err

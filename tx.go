@@ -478,9 +478,8 @@ func (q *Queue[T]) stillQueued(ctx context.Context, tx bun.Tx, prep bool, items 
 			return nil, fmt.Errorf("bunqueue: queue %q: re-check that processed rows left the queue: %w", q.name, err)
 		}
 		if ok {
-			for j := range index {
-				still[index[j]] = one
-			}
+			_, id := q.key(&probe[0])
+			still[index[id]] = one
 			return still, nil
 		}
 	}
