@@ -37,20 +37,6 @@ func (b *bench) backlogLarge(ctx context.Context) (result, error) {
 	return result{ItemsPerSec: st.rate, RSSKiB: st.rssKiB, Note: note}, nil
 }
 
-// preparedHandler runs table-b1 with a handler that runs its UPDATE as a
-// statement prepared on the pool, in the item's transaction: what an app
-// can do for its own writes, which bun formats on the client.
-func (b *bench) preparedHandler(ctx context.Context) (result, error) {
-	n := b.backlog(3)
-	st, err := b.runTable(ctx, tableRun{rows: n, cfg: &bunqueue.QueueConfig[benchItem]{Workers: workers, BatchSize: 1}, preparedUpdate: true})
-	if err != nil {
-		return result{}, err
-	}
-	note := "BatchSize 1, the handler's UPDATE prepared on the pool and run with tx.Tx.StmtContext; " + st.note(n)
-	note += b.versus(st.rate, "of", "", "table-b1")
-	return result{ItemsPerSec: st.rate, RSSKiB: st.rssKiB, Note: note}, nil
-}
-
 // holdPurge opens a transaction with a consistent snapshot on a
 // connection of its own, as a long report or a backup would: until the
 // returned release is called, purge (InnoDB) or vacuum (PostgreSQL) keeps

@@ -749,6 +749,20 @@ func (b *bench) tableQueue(ctx context.Context, cfg *bunqueue.QueueConfig[benchI
 	return result{ItemsPerSec: st.rate, RSSKiB: st.rssKiB, Note: st.note(n)}, nil
 }
 
+// preparedHandler runs table-b1 with a handler that runs its UPDATE as a
+// statement prepared on the pool, in the item's transaction: what an app
+// can do for its own writes, which bun formats on the client.
+func (b *bench) preparedHandler(ctx context.Context) (result, error) {
+	n := b.backlog(3)
+	st, err := b.runTable(ctx, tableRun{rows: n, cfg: &bunqueue.QueueConfig[benchItem]{Workers: workers, BatchSize: 1}, preparedUpdate: true})
+	if err != nil {
+		return result{}, err
+	}
+	note := "BatchSize 1, the handler's UPDATE prepared on the pool and run with tx.Tx.StmtContext; " + st.note(n)
+	note += b.versus(st.rate, "of", "", "table-b1")
+	return result{ItemsPerSec: st.rate, RSSKiB: st.rssKiB, Note: note}, nil
+}
+
 // runClient starts client, measures done, and stops the client. While the
 // client runs, it samples how many connections of db (the client's) are in
 // use.
