@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/bunqueue/bunqueue/internal/backoff"
+	"github.com/bunqueue/bunqueue/internal/jobsql"
 	"github.com/bunqueue/bunqueue/internal/prepared"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
@@ -39,6 +40,7 @@ type Client struct {
 	started  bool
 	stopped  bool
 	stopping chan struct{}      // closed by Stop: claim no more
+	drained  chan struct{}      // closed once the workers Stop waits for have returned
 	cancel   context.CancelFunc // cancels the handlers' contexts
 	workers  sync.WaitGroup
 	depthReg metric.Registration // the queue depth gauge's callback
@@ -47,13 +49,17 @@ type Client struct {
 	// Config.NoPreparedStatements, or where the dialect prepares none.
 	stmts *prepared.Cache
 
-	watching atomic.Pointer[watch] // set by Start: the runners QueryHook wakes, by table
-	counts   counters              // what the workers did, for Stats
+	idle     *idleWatch             // the queues whose feeds wait for work, probed together
+	watching atomic.Pointer[watch]  // set by Start: the runners QueryHook wakes, by table
+	pauses   atomic.Pointer[pauses] // set by Start: the runners PauseQueue pauses, by name
+	counts   counters               // what the workers did, for Stats
+	sig      signaling              // notifications between processes (listen.go)
 }
 
 // NewClient returns a Client that works through db, a bun DB opened with
-// bun's mysqldialect (MySQL 8.0.1+ or MariaDB 10.6+). cfg may be nil for
-// defaults.
+// bun's mysqldialect (MySQL 8.0.1+ or MariaDB 10.6+), pgdialect
+// (PostgreSQL 12+) or sqlitedialect (SQLite 3.35+); another dialect is an
+// error. cfg may be nil for defaults.
 func NewClient(db *bun.DB, cfg *Config) (*Client, error) {
 	if db == nil {
 		return nil, errors.New("bunqueue: NewClient: db must not be nil")
@@ -66,15 +72,16 @@ func NewClient(db *bun.DB, cfg *Config) (*Client, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
+	if err := checkListener(db, c); err != nil {
+		return nil, err
+	}
 	tel, err := newTelemetry(c)
 	if err != nil {
 		return nil, err
 	}
-	client := &Client{db: db, cfg: c, dialect: d, tel: tel, names: map[string]bool{}, kinds: map[string]runJob{}, stopping: make(chan struct{})}
+	client := &Client{db: db, cfg: c, dialect: d, tel: tel, names: map[string]bool{}, kinds: map[string]runJob{}, stopping: make(chan struct{}), drained: make(chan struct{})}
 	if !c.NoPreparedStatements && d.Placeholder(1) != "" {
-		client.stmts = prepared.New(db.DB, func(text string, err error) {
-			c.Logger.Debug("bunqueue: prepare a statement (it runs in text meanwhile)", "statement", text, "error", err)
-		})
+		client.stmts = prepared.New(db.DB, client.prepareFailed)
 	}
 	return client, nil
 }
@@ -103,67 +110,157 @@ func (c *Client) Add(q AnyQueue) error {
 }
 
 // Start checks the database and starts the workers of every queue. It
-// refuses a server that does not skip locked rows (it proves this with two
-// connections, using a two-row table named bunqueue_probe that it creates
-// if missing), a queue whose table is missing or not InnoDB, and a
-// connection pool too small for the workers. It explains each queue's
-// query and logs a warning, naming an index that would serve it, if the
-// plan scans or sorts (an error with Config.StrictQueryPlans). ctx bounds
-// these checks only: the workers run until Stop.
-func (c *Client) Start(ctx context.Context) error {
+// refuses a server that does not skip locked rows (it proves this with
+// two connections, using a two-row table named bunqueue_probe that it
+// creates if missing; on SQLite, which has no row locks, it checks
+// instead that the pool uses WAL, a busy_timeout and transactions begun
+// IMMEDIATE), a queue whose table is missing or is a view (or, on MySQL
+// and MariaDB, is not InnoDB), a queue whose query the server refuses (it
+// runs each queue's claim once, with a condition no row meets, and
+// returns the server's error), a connection pool too small for the
+// workers, and a driver whose own prepared statements cannot work
+// through the pool's connection pooler (pgx's default mode behind
+// PgBouncer in transaction mode). It turns the workers' prepared
+// statements off, with a warning, if the pool does not keep them (see
+// Config.NoPreparedStatements). It explains each queue's query and logs a
+// warning, naming an index that would serve it, if the plan scans or
+// sorts (an error with Config.StrictQueryPlans). It warns when the
+// database is a node of a multi-primary cluster, whose row locks are
+// local to a node, and more strongly when the pool reaches several of its
+// nodes (an error with Config.StrictClusterRouting). ctx bounds these
+// checks only: the workers run until Stop.
+func (c *Client) Start(ctx context.Context) (err error) {
+	defer func() { err = c.dialect.Advise(err) }() // a driver that met a pooler: say what to do
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.unstarted(); err != nil {
 		return err
 	}
+	runners := c.runners()
+	if err := c.check(ctx, runners); err != nil {
+		return err
+	}
+	p, err := c.newPauses(ctx, runners)
+	if err != nil {
+		return err
+	}
+	c.pauses.Store(p)
+	c.run(ctx, runners)
+	return nil
+}
+
+// runsJobs reports whether job workers were added, so that the jobs
+// queues run. Call with c.mu held.
+func (c *Client) runsJobs() bool { return len(c.kinds) > 0 }
+
+// runners returns the runners of the client's queues, in the order they
+// were added, then of its jobs queues if it runs jobs.
+func (c *Client) runners() []*runner {
 	runners := make([]*runner, len(c.queues))
 	for i, q := range c.queues {
 		runners[i] = q.runner()
 	}
-	jobs := len(c.kinds) > 0
-	if jobs {
+	if c.runsJobs() {
 		runners = append(runners, c.jobRunners()...)
 	}
-	total := 0
-	for _, r := range runners {
-		total += r.workers
+	return runners
+}
+
+// check runs Start's checks, in order: the pool's size, the server, the
+// pooler, each queue's table, key and query, the jobs tables, the schema
+// of the notification channel (with a Listener), and the queues' plans.
+func (c *Client) check(ctx context.Context, runners []*runner) error {
+	if err := c.checkPool(runners); err != nil {
+		return err
 	}
-	// Each worker holds a connection while it has work, each queue's feed
-	// one for its reads while the queue has work, and the app's own
-	// statements need one more; the probe below needs two.
-	if need := max(total+len(runners)+1, 2); c.db.Stats().MaxOpenConnections > 0 && c.db.Stats().MaxOpenConnections < need {
-		return fmt.Errorf("bunqueue: the connection pool allows %d connections but the queues run %d workers; "+
-			"each worker holds a connection while it has work, each of the %d queues one for its reads, and the app needs more: "+
-			"raise SetMaxOpenConns to at least %d (or 0 for no limit)", c.db.Stats().MaxOpenConnections, total, len(runners), need)
+	if err := c.checkServer(ctx); err != nil {
+		return err
 	}
-	if err := c.dialect.CheckServer(ctx, c.db); err != nil {
+	if err := c.checkPooler(ctx, runners); err != nil {
 		return err
 	}
 	for _, r := range runners {
-		if r.table == nil {
-			continue // a jobs queue: checked below
-		}
-		if err := c.dialect.CheckTable(ctx, c.db, tableSchema(c.db, r.table), r.table.Name); err != nil {
-			return fmt.Errorf("bunqueue: queue %q: %w", r.name, err)
-		}
-		if err := c.checkKey(ctx, r); err != nil {
+		if err := c.checkQueue(ctx, r); err != nil {
 			return err
 		}
 	}
-	if jobs {
-		for _, t := range []string{"bunqueue_jobs", "bunqueue_failed_jobs"} {
-			if err := c.dialect.CheckTable(ctx, c.db, "", t); err != nil {
-				return fmt.Errorf("bunqueue: the jobs tables are not ready (run bunqueue.Migrate, or apply bunqueue.MigrationSQL): %w", err)
-			}
-		}
-	}
-	if err := c.checkPlans(ctx, runners); err != nil {
+	if err := c.checkJobsTables(ctx); err != nil {
 		return err
 	}
+	if err := c.prepareListening(ctx); err != nil {
+		return err
+	}
+	return c.checkPlans(ctx, runners)
+}
+
+// checkPool refuses a connection pool too small for the runners. Each
+// worker holds a connection while it has work, each queue's feed one for
+// its reads while the queue has work, and the app's own statements need
+// one more; the server's probe needs two.
+func (c *Client) checkPool(runners []*runner) error {
+	workers := 0
+	for _, r := range runners {
+		workers += r.workers
+	}
+	most := c.db.Stats().MaxOpenConnections
+	if need := max(workers+len(runners)+1, 2); most > 0 && most < need {
+		return fmt.Errorf("bunqueue: the connection pool allows %d connections but the queues run %d workers; "+
+			"each worker holds a connection while it has work, each of the %d queues one for its reads, and the app needs more: "+
+			"raise SetMaxOpenConns to at least %d (or 0 for no limit)", most, workers, len(runners), need)
+	}
+	return nil
+}
+
+// checkQueue checks a table queue's table, its primary key and its
+// query; a jobs queue's tables are checked by checkJobsTables.
+func (c *Client) checkQueue(ctx context.Context, r *runner) error {
+	if r.table == nil {
+		return nil // a jobs queue in lease mode
+	}
+	if err := c.dialect.CheckTable(ctx, c.db, tableSchema(c.db, r.table), r.table.Name); err != nil {
+		return fmt.Errorf("bunqueue: queue %q: %w", r.name, err)
+	}
+	if err := c.checkKey(ctx, r); err != nil {
+		return err
+	}
+	if r.checkQuery == nil {
+		return nil // a jobs queue in lock mode
+	}
+	if err := r.checkQuery(ctx); err != nil {
+		// Whatever Config.StrictQueryPlans says: it would fail at every
+		// read.
+		return fmt.Errorf("bunqueue: queue %q: the server refuses its query: %w", r.name, err)
+	}
+	return nil
+}
+
+// checkJobsTables checks, if the client runs jobs, that the jobs tables
+// exist.
+func (c *Client) checkJobsTables(ctx context.Context) error {
+	if !c.runsJobs() {
+		return nil
+	}
+	for _, t := range []string{jobsql.Jobs, jobsql.Failed} {
+		if err := c.dialect.CheckTable(ctx, c.db, "", t); err != nil {
+			return fmt.Errorf("bunqueue: the jobs tables are not ready (run bunqueue.Migrate, or apply bunqueue.MigrationSQL): %w", err)
+		}
+	}
+	return nil
+}
+
+// run starts the client: the idle watcher, each runner's feed and
+// workers, the cleaner of completed jobs if they are kept, and the queue
+// depth gauge. They run, with a context that only Stop cancels, until
+// Stop.
+func (c *Client) run(ctx context.Context, runners []*runner) {
 	workCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.cancel = cancel
 	c.started = true
 	c.watching.Store(c.newWatch(runners))
+	c.idle = newIdleWatch()
+	c.workers.Add(1)
+	go c.watchIdle(workCtx)
+	c.startListening(workCtx, runners)
 	for _, r := range runners {
 		f := newFeed(r)
 		c.workers.Add(1 + r.workers)
@@ -172,7 +269,7 @@ func (c *Client) Start(ctx context.Context) error {
 			go c.work(workCtx, r, f)
 		}
 	}
-	if jobs && c.cfg.Retention > 0 {
+	if c.runsJobs() && c.cfg.Retention > 0 {
 		c.workers.Add(1)
 		go c.clean(workCtx)
 	}
@@ -181,7 +278,6 @@ func (c *Client) Start(ctx context.Context) error {
 		c.cfg.Logger.WarnContext(ctx, "bunqueue: the queue depth gauge is off", "error", err)
 	}
 	c.depthReg = reg
-	return nil
 }
 
 // unstarted returns ErrStopped or ErrStarted unless the client is new.
@@ -200,63 +296,58 @@ func (c *Client) unstarted() error {
 // and commit. If ctx ends first, Stop cancels the handlers' contexts: their
 // transactions roll back and their rows return to the queue. Stop then
 // waits for the handlers to return (a handler that ignores its context
-// delays it) and returns ctx's error. Stop may be called more than once.
+// delays it) and returns ctx's error. A handler cut short in a statement
+// loses its connection: in a queue with a Timeout, Stop ends its server
+// session, which releases its rows before Stop returns; in one without,
+// the server releases them once it notices (at once, or when the
+// statement ends).
+//
+// Stop may be called more than once, and from several goroutines at
+// once: every call waits for the same drain, returning nil once it is
+// over or, if its own ctx ends first, cancelling the handlers as above
+// and returning ctx's error once they have returned.
 func (c *Client) Stop(ctx context.Context) error {
 	c.mu.Lock()
-	if !c.started || c.stopped {
+	if !c.started {
 		c.stopped = true
 		c.mu.Unlock()
 		return nil
 	}
-	c.stopped = true
-	close(c.stopping)
-	if c.depthReg != nil {
-		_ = c.depthReg.Unregister()
+	if !c.stopped {
+		c.stopped = true
+		close(c.stopping)
+		if c.depthReg != nil {
+			_ = c.depthReg.Unregister()
+		}
+		go c.drain()
 	}
 	c.mu.Unlock()
 
-	done := make(chan struct{})
-	go func() {
-		c.workers.Wait()
-		if c.stmts != nil {
-			c.stmts.Close()
-		}
-		close(done)
-	}()
-	defer c.cancel()
 	select {
-	case <-done:
+	case <-c.drained:
+		return nil
+	default:
+	}
+	select {
+	case <-c.drained:
 		return nil
 	case <-ctx.Done():
 		c.cancel()
-		<-done
+		<-c.drained
 		return fmt.Errorf("bunqueue: stop: in-flight rows were cancelled and returned to their queues: %w", ctx.Err())
 	}
 }
 
-// runner is what a worker needs of a queue, whatever its row type.
-type runner struct {
-	name      string
-	table     *schema.Table
-	workers   int
-	batch     int  // the most rows per transaction
-	selfSized bool // batches grow and shrink by how long they take
-	poll      time.Duration
-	wake      chan struct{}
-	// fetch reads on db, without locking, the keys of up to limit waiting
-	// rows in the queue's order.
-	fetch func(ctx context.Context, db bun.IDB, limit int) ([]candidate, error)
-	// run claims those of keys that are still waiting and not locked (or,
-	// with keys nil, up to limit rows at the head of the queue) and
-	// processes them.
-	run   func(ctx context.Context, s *session, limit int, keys []candidate) batchResult
-	depth func(ctx context.Context, limit int) (int, error)
-	// explain returns fetch's read without its LIMIT, and the queue's
-	// table, for the plan check at Start.
-	explain func() (*bun.SelectQuery, *schema.Table)
-	// byPrimary, set by Start, tells run that the model's primary key is
-	// the table's, so that claims may force the PRIMARY index.
-	byPrimary *bool
+// drain waits for the workers to return once Stop has told them to, then
+// closes the prepared statements, releases the handlers' contexts and
+// closes c.drained.
+func (c *Client) drain() {
+	c.workers.Wait()
+	if c.stmts != nil {
+		c.stmts.Close()
+	}
+	c.cancel()
+	close(c.drained)
 }
 
 // checkKey tells r whether its model's primary key is the table's own.
@@ -292,77 +383,107 @@ func (c *Client) checkKey(ctx context.Context, r *runner) error {
 func (c *Client) work(ctx context.Context, r *runner, f *feed) {
 	defer c.workers.Done()
 	ctx = workerContext(ctx, r) // its own writes do not wake its queue: see QueryHook
-	log := c.cfg.Logger.With("queue", r.name)
-	failures := 0
-	size := r.batch
+	w := &worker{c: c, r: r, f: f, s: &session{db: c.db, dialect: c.dialect}, log: c.cfg.Logger.With("queue", r.name), size: r.batch}
 	if r.selfSized {
-		size = 1
+		w.size = 1
 	}
-	s := &session{db: c.db, dialect: c.dialect}
-	defer s.end()
+	defer w.s.end()
 	for {
 		select {
 		case <-c.stopping:
 			return
 		default:
 		}
-		keys, filled := f.take(size)
+		keys, filled := f.take(w.size)
 		if keys == nil {
-			// Keep the session's connection while work comes, not longer.
-			var idle <-chan time.Time
-			t := time.NewTimer(r.poll)
-			if s.conn != nil {
-				idle = t.C
-			}
-			select {
-			case <-c.stopping:
-				t.Stop()
+			if !w.await(filled) {
 				return
-			case <-filled:
-			case <-idle:
-				s.end()
 			}
-			t.Stop()
 			continue
 		}
-		began := time.Now()
-		res := c.counts.running(r.name, len(keys), func() batchResult { return r.run(ctx, s, r.batch, keys) }) // in flight, for Stats
-		if res.err != nil && ctx.Err() != nil {
-			// Stop cancelled the batch. The driver may close the
-			// connection lazily, and the server notice later: end the
-			// server session now, so that the batch's locks are gone when
-			// Stop returns.
-			c.endSession(ctx, s)
-		}
-		s.failed(res.err)
-		f.finish(keys, res)
-		if r.selfSized && res.err == nil {
-			size = resize(size, len(keys), time.Since(began), r.batch)
-		}
-		for _, err := range res.itemErrs {
-			level := slog.LevelError
-			if ie := (*ItemError)(nil); errors.As(err, &ie) && ie.Recorded && ie.Cooldown == 0 {
-				level = slog.LevelWarn // OnError recorded it on the row
-			}
-			log.Log(ctx, level, "bunqueue: item failed", "error", err)
-		}
+		res := w.process(ctx, keys)
 		switch {
-		case res.err != nil && ctx.Err() != nil:
+		case res.err == nil:
+			w.failures = 0
+		case ctx.Err() != nil:
+			return // Stop cancelled the batch
+		case !w.backOff(ctx, res.err):
 			return
-		case res.err != nil:
-			failures++
-			wait := backoff.Jitter(backoff.Exponential(failures, 100*time.Millisecond, max(r.poll, 5*time.Second)), 0.2)
-			log.ErrorContext(ctx, "bunqueue: batch failed", "error", res.err, "retry_in", wait)
-			t := time.NewTimer(wait)
-			select {
-			case <-c.stopping:
-				t.Stop()
-				return
-			case <-t.C:
-			}
-		default:
-			failures = 0
 		}
+	}
+}
+
+// worker is the state of one worker goroutine of a queue (see
+// Client.work): its session, the size of its next batch and how many
+// batches in a row failed.
+type worker struct {
+	c        *Client
+	r        *runner
+	f        *feed
+	s        *session
+	log      *slog.Logger
+	size     int // rows to take for the next batch
+	failures int // batches failed in a row
+}
+
+// await waits until the feed has filled (filled is closed) or the client
+// stops, and reports whether it did not stop. It keeps the session's
+// connection while work comes, not longer: after the queue's poll
+// interval it ends the session, then goes on waiting.
+func (w *worker) await(filled <-chan struct{}) bool {
+	var idle <-chan time.Time
+	t := time.NewTimer(w.r.poll)
+	defer t.Stop()
+	if w.s.conn != nil {
+		idle = t.C
+	}
+	select {
+	case <-w.c.stopping:
+		return false
+	case <-filled:
+	case <-idle:
+		w.s.end()
+	}
+	return true
+}
+
+// process claims and processes the rows of keys in one transaction,
+// hands the result back to the feed, resizes a self-sized batch and logs
+// the rows' failures.
+func (w *worker) process(ctx context.Context, keys []feedKey) batchResult {
+	began := time.Now()
+	res := w.c.counts.running(w.r.name, len(keys), func() batchResult { return w.r.runBatch(ctx, w.s, w.r.batch, keys) }) // in flight, for Stats
+	if res.err != nil && ctx.Err() != nil {
+		// Stop cancelled the batch. The driver may close the connection
+		// lazily, and the server notice later: end the server session
+		// now, so that the batch's locks are gone when Stop returns.
+		w.c.endSession(ctx, w.s)
+	}
+	w.s.failed(res.err)
+	w.f.finish(keys, res)
+	if w.r.selfSized && res.err == nil {
+		w.size = resize(w.size, len(keys), time.Since(began), w.r.batch)
+	}
+	for _, err := range res.itemErrs {
+		logItemError(ctx, w.log, err) // faillog.go: a job's line says what became of it
+	}
+	return res
+}
+
+// backOff logs a failed batch and waits, longer after each failure in a
+// row, before the worker tries again; it reports whether the client did
+// not stop meanwhile.
+func (w *worker) backOff(ctx context.Context, err error) bool {
+	w.failures++
+	wait := backoff.Jitter(backoff.Exponential(w.failures, 100*time.Millisecond, max(w.r.poll, 5*time.Second)), 0.2)
+	w.log.ErrorContext(ctx, "bunqueue: batch failed", "error", err, "retry_in", wait)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-w.c.stopping:
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -379,14 +500,6 @@ func resize(size, n int, took time.Duration, most int) int {
 	return size
 }
 
-// poke wakes the queue's feed if it is waiting for rows.
-func (r *runner) poke() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
-}
-
 // tableSchema returns the schema named in the model's table tag, or "" for
 // the connection's database.
 func tableSchema(db *bun.DB, t *schema.Table) string {
@@ -396,15 +509,16 @@ func tableSchema(db *bun.DB, t *schema.Table) string {
 	return t.Schema
 }
 
-// endSession ends the server session of s, if it has one, from another
-// connection.
+// endSession ends the server session of s's last transaction, if it was
+// read (queues with a Timeout) and still runs that transaction, from
+// another connection.
 func (c *Client) endSession(ctx context.Context, s *session) {
-	if s.conn == nil || s.id == 0 {
+	if s.conn == nil || !s.tx.Known() {
 		return
 	}
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	if err := c.dialect.EndSession(ectx, c.db, s.id); err != nil {
-		c.cfg.Logger.DebugContext(ctx, "bunqueue: end the session of a stopped worker", "session", s.id, "error", err)
+	if err := c.dialect.EndTxSession(ectx, c.db, s.tx); err != nil {
+		c.cfg.Logger.DebugContext(ctx, "bunqueue: end the session of a stopped worker", "session", s.tx.ID, "error", err)
 	}
 }

@@ -13,7 +13,8 @@ import (
 // db (a *bun.DB, bun.Tx or bun.Conn) talks to, for queue queries and
 // OnError writes that compare or store times: UTC_TIMESTAMP(6) on MySQL
 // and MariaDB (whatever the session's time_zone), statement_timestamp()
-// on PostgreSQL. Use it as a query argument:
+// on PostgreSQL, the time to the millisecond on SQLite. Use it as a query
+// argument:
 //
 //	q.Where("retry_at IS NULL OR retry_at <= ?", bunqueue.Now(db))
 //

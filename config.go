@@ -93,16 +93,15 @@ type JobQueueConfig struct {
 	// Timeout, and the attempt fails. In lock mode, a statement cut short
 	// by the cancellation takes the claim transaction down: the session
 	// is ended (KILL) and the failed attempt recorded in a transaction of
-	// its own (see QueueConfig.Timeout). In lease mode it must be below
-	// Lease. Zero means no timeout.
+	// its own (see QueueConfig.Timeout, and its cost). In lease mode it
+	// must be below Lease. Zero means no timeout.
 	Timeout time.Duration
 	// PollInterval is how long an idle worker waits before it looks again.
 	// Defaults to Config.PollInterval.
 	PollInterval time.Duration
 	// Hooks are lifecycle hooks called around every job of this queue,
-	// after the client's: values that implement HookWorkBegin,
-	// HookWorkEnd or both.
-	Hooks []any
+	// after the client's.
+	Hooks []Hook
 
 	selfSized bool // BatchSize was left zero
 }
@@ -111,8 +110,11 @@ type JobQueueConfig struct {
 // defaults.
 type Config struct {
 	// Logger receives what workers cannot return to a caller: handler
-	// errors, rows that did not leave their queue, lost connections.
-	// Defaults to slog.Default().
+	// errors, rows that did not leave their queue, lost connections. A
+	// job's failed attempt is a line with its queue, job_id, kind,
+	// attempt, max_attempts and outcome: a WARN with retry_in when it will
+	// be retried, an ERROR when it failed for good. Defaults to
+	// slog.Default().
 	Logger *slog.Logger
 
 	// PollInterval is used by queues whose QueueConfig.PollInterval is
@@ -151,9 +153,8 @@ type Config struct {
 	ParentProcessSpans bool
 
 	// Hooks are lifecycle hooks called around every item of every queue of
-	// this client, before the queues' own: values that implement
-	// HookWorkBegin, HookWorkEnd or both.
-	Hooks []any
+	// this client, jobs queues included, before the queues' own.
+	Hooks []Hook
 
 	// Retention keeps completed jobs in bunqueue_jobs for this long, then
 	// a cleaner deletes them in batches by primary key. Zero (the
@@ -166,8 +167,12 @@ type Config struct {
 	// job's DELETE run as statements prepared on the server (once per
 	// connection) with the key as an argument, which costs the server less
 	// than a new text each time; bun's query hooks do not see them, and
-	// bunqueue makes their spans. Set it for a connection pooler that does not keep prepared
-	// statements, such as PgBouncer in transaction mode before 1.21.
+	// bunqueue makes their spans. Start proves whether the pool keeps
+	// them (a connection pooler in transaction mode, such as PgBouncer
+	// before 1.21 or without max_prepared_statements, does not) and turns
+	// them off, with a warning, if it does not; so does the first
+	// statement found missing on its server session. Set it to skip that,
+	// where a pooler is known not to keep them.
 	NoPreparedStatements bool
 
 	// StrictQueryPlans makes Start fail, instead of logging a warning,
@@ -175,6 +180,39 @@ type Config struct {
 	// a full index scan that filters, a filesort), or cannot be
 	// explained. Defaults to false: warn and start.
 	StrictQueryPlans bool
+
+	// StrictClusterRouting makes Start fail, instead of logging a warning,
+	// when the connections of the pool reach more than one node of a
+	// multi-primary cluster (Galera, MySQL Group Replication in
+	// multi-primary mode) or more than one server: row locks are local to
+	// a node, so workers on two nodes can run one row at the same time.
+	// Start then also fails if it cannot read which servers the pool
+	// reaches. A pool that reaches one node of such a cluster starts with
+	// a warning either way, as other processes may reach other nodes: see
+	// docs/galera.md. Defaults to false: warn and start.
+	StrictClusterRouting bool
+
+	// Listener, on PostgreSQL, receives the notifications that Enqueue
+	// and Notify send from any process, so that this client's workers
+	// start other processes' jobs at once instead of at their next poll
+	// (see docs/notify.md). Set it with the pgxlisten module, which
+	// listens on a pgx connection of its own. While it is not listening
+	// (a lost connection, retried with backoff) workers poll as without
+	// it; polling goes on at PollInterval either way, for what no
+	// notification announces: jobs scheduled for later, retries, rows
+	// the app writes without Notify. NewClient refuses it on MySQL,
+	// MariaDB and SQLite, which have no notifications. Defaults to nil:
+	// no listening.
+	Listener Listener
+
+	// NoEnqueueNotify stops Enqueue and EnqueueMany from notifying, on
+	// PostgreSQL, the listening clients of every process: by default each
+	// call that inserts a job due now runs SELECT pg_notify(…) through
+	// the same db, delivered when its transaction commits. Set it where no
+	// process listens, to save that statement (its cost is in
+	// docs/notify.md). Notify is not affected. Ignored on MySQL, MariaDB
+	// and SQLite, which never notify.
+	NoEnqueueNotify bool
 }
 
 // QueueConfig configures a Queue. A nil *QueueConfig, and its zero value,
@@ -208,20 +246,24 @@ type QueueConfig[T any] struct {
 	// its context is cancelled after Timeout, and a call that then fails
 	// is the row's failure, as any other. A statement cut short by the
 	// cancellation takes its transaction down with its connection; the
-	// server session is then ended (KILL), which releases the batch's
-	// rows, and the failure is recorded through OnError in a transaction
-	// of its own. A handler that returns nil after its Timeout has
-	// succeeded, unless a statement the timeout cut short (an error it
-	// swallowed) lost its transaction: then it failed as above. A batch
-	// handler's call is bounded as a whole. Zero (the
-	// default) means no timeout. A handler that ignores its context is
-	// not stopped: it holds its worker and its rows until it returns.
+	// server session is then ended (KILL, pg_terminate_backend), if it
+	// still runs that transaction, which releases the batch's rows, and
+	// the failure is recorded through OnError in a transaction of its
+	// own. To know that session, even through a pooler in transaction
+	// mode, a worker reads it in each transaction, one round trip more
+	// per transaction; on PostgreSQL, Start refuses a Timeout where
+	// track_activities is off. Stop ends those sessions too. A handler
+	// that returns nil after its Timeout has succeeded, unless a
+	// statement the timeout cut short (an error it swallowed) lost its
+	// transaction: then it failed as above. A batch handler's call is
+	// bounded as a whole. Zero (the default) means no timeout. A handler
+	// that ignores its context is not stopped: it holds its worker and
+	// its rows until it returns.
 	Timeout time.Duration
 
 	// Hooks are lifecycle hooks called around every item of this queue,
-	// after the client's: values that implement HookWorkBegin,
-	// HookWorkEnd or both.
-	Hooks []any
+	// after the client's.
+	Hooks []Hook
 
 	// TraceColumn names a column of the table that holds a W3C
 	// traceparent (fill it with TraceParent(ctx) when the app inserts the
@@ -288,12 +330,9 @@ func (c Config) validate() error {
 	case c.Retention < 0:
 		return fmt.Errorf("bunqueue: Config.Retention must not be negative, got %s", c.Retention)
 	}
-	if _, err := newHooks("Config.Hooks", c.Hooks); err != nil {
-		return err
-	}
 	for name, q := range c.JobQueues {
-		if _, err := newHooks(fmt.Sprintf("Config.JobQueues[%q].Hooks", name), q.Hooks); err != nil {
-			return err
+		if err := checkText("Config.JobQueues: a queue name", name); err != nil {
+			return fmt.Errorf("bunqueue: %w", err)
 		}
 		field := func(f string, v any) error {
 			return fmt.Errorf("bunqueue: Config.JobQueues[%q].%s must not be negative, got %v", name, f, v)
@@ -364,7 +403,7 @@ func (c *QueueConfig[T]) traceColumn() string {
 	return c.TraceColumn
 }
 
-func (c *QueueConfig[T]) hooks() []any {
+func (c *QueueConfig[T]) hooks() []Hook {
 	if c == nil {
 		return nil
 	}

@@ -3,7 +3,10 @@ package bunqueue
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/bunqueue/bunqueue/internal/jobsql"
 )
 
 var (
@@ -26,15 +29,24 @@ var (
 	// ErrNotMigrated is wrapped by the errors of the jobs API (Enqueue,
 	// EnqueueMany, FailedJobs, RetryFailed, DeleteFailed) when the jobs
 	// tables do not exist in the database: run Migrate first.
-	ErrNotMigrated = errors.New("bunqueue: the jobs tables (bunqueue_jobs, bunqueue_failed_jobs) do not exist: run bunqueue.Migrate (or `bunqueue migrate`) first")
+	ErrNotMigrated = errors.New("bunqueue: the jobs tables (" + jobsql.Jobs + ", " + jobsql.Failed + ") do not exist: run bunqueue.Migrate (or `bunqueue migrate`) first")
 
 	// ErrStopped is returned by Client.Start after Client.Stop: a client
 	// runs once; create a new one to run again.
 	ErrStopped = errors.New("bunqueue: client stopped; create a new Client to start again")
+
+	// ErrGoexit is the error of an item whose handler, worker, lifecycle
+	// hook or OnError called runtime.Goexit (as t.FailNow and t.SkipNow
+	// do) instead of returning. The item fails as if it had returned this
+	// error; the worker goes on.
+	ErrGoexit = errors.New("the handler called runtime.Goexit instead of returning")
 )
 
-// PanicError is the error a handler's panic is turned into. The worker
-// survives; the item is treated as failed.
+// PanicError is the error a panic in the app's code (a handler, a worker,
+// a lifecycle hook, OnError) is turned into. It also stands for an error
+// they returned that cannot be read, whose Error method panics, as that of
+// a nil pointer returned as an error often does. The worker survives; the
+// item is treated as failed.
 type PanicError struct {
 	// Value is what the handler panicked with.
 	Value any
@@ -68,11 +80,13 @@ type ItemError struct {
 	// Cooldown is how long this process leaves the row alone, when the
 	// failure was not recorded on the row.
 	Cooldown time.Duration
+
+	job *jobFate // a job's: what became of it, for the worker's log
 }
 
 // Error implements error.
 func (e *ItemError) Error() string {
-	s := fmt.Sprintf("bunqueue: queue %q: row %s: %v", e.Queue, e.Key, e.Err)
+	s := fmt.Sprintf("bunqueue: queue %q: row %s: %s", e.Queue, e.Key, unprefixed(e.Err))
 	if e.Cooldown > 0 {
 		s += fmt.Sprintf(" (left alone for %s)", e.Cooldown.Round(time.Millisecond))
 	}
@@ -113,10 +127,29 @@ func (e *cancelError) Unwrap() error { return e.err }
 var ErrFailedJobNotFound = errors.New("bunqueue: no failed job with that id")
 
 // notMigrated wraps err, an error of a query on the jobs tables, with
-// ErrNotMigrated if it says a table does not exist.
+// ErrNotMigrated if it says a table does not exist. Its message is
+// ErrNotMigrated's without the "bunqueue: " its callers add.
 func (c *Client) notMigrated(err error) error {
 	if err != nil && c.dialect.MissingTable(err) {
-		return fmt.Errorf("%w (%w)", ErrNotMigrated, err)
+		return &notMigratedError{err: err}
 	}
 	return err
+}
+
+// notMigratedError is ErrNotMigrated with the error that showed it.
+type notMigratedError struct{ err error }
+
+func (e *notMigratedError) Error() string {
+	return unprefixed(ErrNotMigrated) + " (" + e.err.Error() + ")"
+}
+
+func (e *notMigratedError) Unwrap() []error { return []error{ErrNotMigrated, e.err} }
+
+// unprefixed is err's message without a leading "bunqueue: ", for an
+// error that wraps it and says "bunqueue: " itself.
+func unprefixed(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return strings.TrimPrefix(err.Error(), "bunqueue: ")
 }

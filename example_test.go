@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"os"
 	"time"
 
 	_ "github.com/go-sql-driver/mysql"
@@ -13,12 +14,16 @@ import (
 	"github.com/uptrace/bun/dialect/mysqldialect"
 
 	"github.com/bunqueue/bunqueue"
-	"github.com/bunqueue/bunqueue/internal/dbtest"
 )
 
 // exampleDSN is the test database: BUNQUEUE_MYSQL_DSN, or
 // root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC.
-var exampleDSN = dbtest.DSN()
+var exampleDSN = func() string {
+	if dsn := os.Getenv("BUNQUEUE_MYSQL_DSN"); dsn != "" {
+		return dsn
+	}
+	return "root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC"
+}()
 
 // openExampleDB opens the examples' database and (re)creates a table for
 // one example; drop it when done.
@@ -88,7 +93,7 @@ func Example() {
 	emails := bunqueue.NewQueue("emails",
 		func(q *bun.SelectQuery) *bun.SelectQuery {
 			return q.Where("status = 'waiting'").
-				Where("retry_at IS NULL OR retry_at <= UTC_TIMESTAMP()").
+				Where("retry_at IS NULL OR retry_at <= ?", bunqueue.Now(db)). // the database clock
 				Order("id")
 		},
 		func(ctx context.Context, tx bun.Tx, e *Email) error {
@@ -277,7 +282,7 @@ func ExampleQueueConfig_onError() {
 	webhooks := bunqueue.NewQueue("webhooks",
 		func(q *bun.SelectQuery) *bun.SelectQuery {
 			return q.Where("status = 'waiting'").
-				Where("retry_at IS NULL OR retry_at <= UTC_TIMESTAMP(6)").
+				Where("retry_at IS NULL OR retry_at <= ?", bunqueue.Now(db)).
 				Order("id")
 		},
 		func(ctx context.Context, tx bun.Tx, w *Webhook) error {
@@ -285,14 +290,19 @@ func ExampleQueueConfig_onError() {
 		},
 		&bunqueue.QueueConfig[Webhook]{
 			OnError: func(ctx context.Context, tx bun.Tx, w *Webhook, err error) error {
+				// w is the row as claimed: the next attempt is computed
+				// here, not in SQL, where PostgreSQL and SQLite would not
+				// see one SET clause's change in the next.
+				attempts := w.Attempts + 1
 				q := tx.NewUpdate().Model(w).WherePK().
-					Set("attempts = attempts + 1").
+					Set("attempts = ?", attempts).
 					Set("last_error = ?", err.Error())
-				if w.Attempts+1 >= 3 {
+				if attempts >= 3 {
 					q = q.Set("status = 'failed'")
 				} else {
 					// Times are compared in SQL, on the database's clock.
-					q = q.Set("retry_at = UTC_TIMESTAMP(6) + INTERVAL ? SECOND", 10<<w.Attempts)
+					wait := time.Duration(10<<w.Attempts) * time.Second // 10 s, 20 s
+					q = q.Set("retry_at = ?", bunqueue.NowPlus(tx, wait))
 				}
 				_, err = q.Exec(ctx)
 				return err
@@ -315,8 +325,8 @@ func ExampleQueueConfig_onError() {
 	var attempts int
 	var lastError string
 	var later bool
-	if err := db.QueryRow("SELECT attempts, last_error, retry_at > UTC_TIMESTAMP(6) FROM bq_example_onerror WHERE id = 1").
-		Scan(&attempts, &lastError, &later); err != nil {
+	if err := db.NewRaw("SELECT attempts, last_error, retry_at > ? FROM bq_example_onerror WHERE id = 1", bunqueue.Now(db)).
+		Scan(ctx, &attempts, &lastError, &later); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Printf("attempts: %d, last error: %q, retry later: %t\n", attempts, lastError, later)

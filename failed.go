@@ -9,7 +9,7 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/jobsql"
 )
 
 // FailedJob is a job that used up its attempts or was cancelled, as kept
@@ -70,18 +70,14 @@ func (c *Client) FailedJobsTx(ctx context.Context, db bun.IDB, filter FailedJobs
 	if filter.Limit < 0 || filter.Limit > 1000 {
 		return nil, fmt.Errorf("bunqueue: FailedJobsFilter.Limit must be within 1..1000, got %d", filter.Limit)
 	}
-	q := db.NewSelect().Model((*FailedJob)(nil))
-	if filter.Queue != "" {
-		q = q.Where("queue = ?", filter.Queue)
-	}
-	if filter.Kind != "" {
-		q = q.Where("kind = ?", filter.Kind)
-	}
-	if filter.BeforeID > 0 {
-		q = q.Where("id < ?", filter.BeforeID)
+	for field, s := range map[string]string{"FailedJobsFilter.Queue": filter.Queue, "FailedJobsFilter.Kind": filter.Kind} {
+		if err := checkText(field, s); err != nil {
+			return nil, fmt.Errorf("bunqueue: %w", err)
+		}
 	}
 	var out []FailedJob
-	if err := q.OrderExpr("id DESC").Limit(int64(filter.Limit)).Scan(ctx, &out); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	err := c.jobSQL().ListFailed(ctx, db, &out, jobsql.FailedFilter{Queue: filter.Queue, Kind: filter.Kind, BeforeID: filter.BeforeID, Limit: filter.Limit})
+	if err != nil {
 		return nil, fmt.Errorf("bunqueue: list failed jobs: %w", c.notMigrated(err))
 	}
 	for i := range out { // in UTC, as documented, whatever the driver's location
@@ -109,9 +105,10 @@ func (c *Client) RetryFailed(ctx context.Context, id int64) (int64, error) {
 // the job is back if and only if that transaction commits.
 func (c *Client) RetryFailedTx(ctx context.Context, db bun.IDB, id int64) (int64, error) {
 	var newID int64
+	jobs := c.jobSQL()
 	err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 		var f FailedJob
-		err := sqldialect.Locking(tx.NewSelect().Model(&f).Where("id = ?", id), c.dialect.ForUpdate()).Scan(ctx)
+		err := jobs.LockFailed(ctx, tx, id, &f)
 		if errors.Is(err, sql.ErrNoRows) {
 			return ErrFailedJobNotFound
 		}
@@ -121,17 +118,16 @@ func (c *Client) RetryFailedTx(ctx context.Context, db bun.IDB, id int64) (int64
 		if _, known := c.cfg.JobQueues[f.Queue]; !known {
 			return fmt.Errorf("bunqueue: failed job %d belongs to queue %q, which is not in Config.JobQueues", id, f.Queue)
 		}
-		values, err := tx.NewRaw("(?, ?, ?, ?, ?, ?, "+c.dialect.Now()+", ?, ?, ?)",
-			f.Queue, f.Kind, f.Args, f.Metadata, f.Priority, f.MaxAttempts, bun.Safe(c.dialect.Time(f.CreatedAt)), f.UniqueKey, f.TraceContext).AppendQuery(c.db.QueryGen(), nil)
-		if err != nil {
-			return err
-		}
-		res, err := c.insertJob(ctx, tx, string(values), f.UniqueKey)
+		values := jobs.Values(c.db.QueryGen(), jobsql.NewJob{
+			Queue: f.Queue, Kind: f.Kind, Args: f.Args, Metadata: f.Metadata, Priority: f.Priority, MaxAttempts: f.MaxAttempts,
+			CreatedAt: f.CreatedAt, UniqueKey: f.UniqueKey, TraceContext: f.TraceContext,
+		})
+		res, err := c.insertJob(ctx, tx, values, f.UniqueKey)
 		if err != nil {
 			return err
 		}
 		newID = res.ID
-		_, err = tx.NewDelete().Model((*FailedJob)(nil)).Where("id = ?", id).Exec(ctx)
+		_, err = jobs.DeleteFailed(ctx, tx, id)
 		return err
 	})
 	if err != nil {
@@ -148,7 +144,7 @@ func (c *Client) DeleteFailed(ctx context.Context, id int64) error {
 // DeleteFailedTx is DeleteFailed through db: in a transaction of the
 // app's, the job is gone if and only if that transaction commits.
 func (c *Client) DeleteFailedTx(ctx context.Context, db bun.IDB, id int64) error {
-	gone, err := affected(db.NewDelete().Model((*FailedJob)(nil)).Where("id = ?", id).Exec(ctx))
+	gone, err := c.jobSQL().DeleteFailed(ctx, db, id)
 	switch {
 	case err != nil:
 		return fmt.Errorf("bunqueue: delete failed job %d: %w", id, c.notMigrated(err))

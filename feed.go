@@ -5,6 +5,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -13,12 +14,6 @@ import (
 
 	"github.com/bunqueue/bunqueue/internal/backoff"
 )
-
-// candidate is the primary key of a row that a plain read found waiting.
-type candidate struct {
-	id   string // readable and unique: "id=7", or "a=1,b=2"
-	vals []any  // the key's values, in primary key order
-}
 
 // A feed hands the rows of one queue to its workers in this process.
 //
@@ -36,21 +31,23 @@ type feed struct {
 	r      *runner
 	window int // how many new rows one read tries to find
 
-	mu     sync.Mutex
-	ready  []candidate          // read, not yet taken
-	busy   map[string]struct{}  // ready or taken, not yet finished
-	late   map[string]struct{}  // finished since the current read began
-	held   map[string]time.Time // found locked by a claim, and when
-	filled chan struct{}        // closed when ready gets rows; then replaced
-	low    chan struct{}        // cap 1: a worker found ready short: read again
+	mu    sync.Mutex
+	ready []feedKey            // read, not yet taken
+	busy  map[string]feedKey   // ready or taken, not yet finished
+	late  map[string]struct{}  // finished since the current read began
+	held  map[string]time.Time // found locked by a claim, and when
+	// contended: when the current read began, rows found locked were
+	// held back, as when other processes work the queue (see add).
+	contended bool
+	filled    chan struct{} // closed when ready gets rows; then replaced
+	low       chan struct{} // cap 1: a worker found ready short: read again
+	found     chan struct{} // cap 1: the idle watcher found rows (see idle.go)
 }
 
 // minReadAhead is the fewest keys per worker one read of the feed looks
-// for. Two rounds of batches are few with batches of one: on a loaded
-// 2-core machine a read waits its turn for the CPU for tens of
-// milliseconds, and 16 workers at one row per transaction had emptied the
-// feed by then and waited for it (PostgreSQL, 0.14 of the commit
-// ceiling).
+// for. Two rounds of batches are few with batches of one: a read that
+// waits for the CPU on a busy machine finds the workers at one row per
+// transaction already waiting for it.
 const minReadAhead = 16
 
 // readComment tags a feed's read, so that it can be told apart in the
@@ -58,14 +55,37 @@ const minReadAhead = 16
 func readComment(queue string) string { return "bunqueue: read " + queue }
 
 func newFeed(r *runner) *feed {
-	return &feed{
+	f := &feed{
 		r:      r,
 		window: max(2*r.workers*r.batch, minReadAhead*r.workers),
-		busy:   map[string]struct{}{},
+		busy:   map[string]feedKey{},
 		late:   map[string]struct{}{},
 		held:   map[string]time.Time{},
 		filled: make(chan struct{}),
 		low:    make(chan struct{}, 1),
+		found:  make(chan struct{}, 1),
+	}
+	if r.gate == nil {
+		r.gate = newPauseGate()
+	}
+	r.gate.onPause = f.pause
+	return f
+}
+
+// pause drops the rows read and not yet taken, so that a paused queue
+// starts no more, and wakes fill to wait for the resume.
+func (f *feed) pause() {
+	f.mu.Lock()
+	for _, k := range f.ready {
+		delete(f.busy, k.id)
+	}
+	f.ready = nil
+	f.mu.Unlock()
+	for _, ch := range []chan struct{}{f.low, f.found} {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -73,7 +93,7 @@ func newFeed(r *runner) *feed {
 // each worker, and returns them; if ready had none it returns a channel
 // that is closed when it has. It asks fill to read again when fewer than
 // half a read's window is left.
-func (f *feed) take(n int) ([]candidate, <-chan struct{}) {
+func (f *feed) take(n int) ([]feedKey, <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	share := (len(f.ready) + f.r.workers - 1) / f.r.workers
@@ -103,7 +123,7 @@ const heldFor = 100 * time.Millisecond
 // finish marks rows no longer busy: a later read may hand them out again.
 // Those of them that res, the batch's result, did not lock (held by
 // another transaction, or gone) are held for heldFor.
-func (f *feed) finish(keys []candidate, res batchResult) {
+func (f *feed) finish(keys []feedKey, res batchResult) {
 	now := time.Now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -124,11 +144,40 @@ func (f *feed) release() {
 	f.mu.Unlock()
 }
 
-// add appends the rows of a read that are not busy to ready, and reports
-// how many it added.
-func (f *feed) add(found []candidate) int {
+// inFlight returns the busy rows, for the idle watcher's probe to leave
+// out; none if there are more than probeExcept.
+func (f *feed) inFlight() []feedKey {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if len(f.busy) > probeExcept {
+		return nil
+	}
+	keys := make([]feedKey, 0, len(f.busy))
+	for _, k := range f.busy {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// add appends the rows of a read that are not busy to ready, and reports
+// how many it added.
+//
+// Under contention, it appends them from a random one on, wrapping
+// around: the feeds of other processes read the same rows, in the same
+// order, and workers that take them in that order meet on every row,
+// each claim getting what the others left. Taken from different starts,
+// each process's workers mostly find rows that no other process has
+// reached. The queue's order is kept between reads, not within one.
+func (f *feed) add(found []feedKey) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.r.gate.isPaused() {
+		return 0 // read before a pause: see pause
+	}
+	if f.contended && len(found) > 1 {
+		s := rand.IntN(len(found))
+		found = append(found[s:len(found):len(found)], found[:s]...)
+	}
 	n := 0
 	for _, k := range found {
 		if _, ok := f.busy[k.id]; ok {
@@ -142,7 +191,7 @@ func (f *feed) add(found []candidate) int {
 		if _, ok := f.held[k.id]; ok {
 			continue
 		}
-		f.busy[k.id] = struct{}{}
+		f.busy[k.id] = k
 		f.ready = append(f.ready, k)
 		n++
 	}
@@ -166,13 +215,14 @@ func (f *feed) begin() int {
 			delete(f.held, id)
 		}
 	}
+	f.contended = len(f.held) > 0
 	return len(f.busy) + len(f.held) + f.window
 }
 
-// fill reads waiting rows into ready whenever the workers run short, and
-// otherwise (nothing new found) waits for the poll interval or a wake-up.
-// It is the only goroutine that reads the queue, so an idle queue costs
-// one plain read per poll interval, and no claim transaction or span.
+// fill reads waiting rows into ready whenever the workers run short.
+// After a read that found nothing new it waits for the client's idle
+// watcher, which probes all the idle queues at once, or for a wake-up
+// (see waitIdle). It is the only goroutine that reads the queue.
 func (c *Client) fill(ctx context.Context, f *feed) {
 	defer c.workers.Done()
 	r := f.r
@@ -186,15 +236,27 @@ func (c *Client) fill(ctx context.Context, f *feed) {
 			return
 		default:
 		}
+		if !c.waitResumed(f, rd) {
+			return
+		}
 		found, err := rd.fetch(ctx, r, f.begin())
-		var wait time.Duration
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return
 		case err != nil:
 			failures++
-			wait = backoff.Jitter(backoff.Exponential(failures, 100*time.Millisecond, max(r.poll, 5*time.Second)), 0.2)
+			wait := backoff.Jitter(backoff.Exponential(failures, 100*time.Millisecond, max(r.poll, 5*time.Second)), 0.2)
 			log.ErrorContext(ctx, "bunqueue: reading the queue failed", "error", err, "retry_in", wait)
+			t := time.NewTimer(wait)
+			select {
+			case <-c.stopping:
+				t.Stop()
+				return
+			case <-r.wake:
+				f.release()
+			case <-t.C:
+			}
+			t.Stop()
 		case f.add(found) > 0:
 			failures = 0
 			// Wait until the workers run short of rows.
@@ -204,31 +266,41 @@ func (c *Client) fill(ctx context.Context, f *feed) {
 			case <-f.low:
 			}
 			continue
+		case r.gate.isPaused():
+			failures = 0 // paused during the read: wait for the resume
+			continue
 		default:
 			failures = 0
-			wait = backoff.Between(r.poll*3/4, r.poll)
+			// Nothing new: rows come back at a wake-up (a commit in this
+			// process) or are found by the idle watcher.
+			if !c.waitIdle(f, rd) {
+				return
+			}
 		}
-		// Nothing new: rows come back at a wake-up (a commit in this
-		// process) or are found at the next poll.
-		t := time.NewTimer(wait)
-		select {
-		case <-c.stopping:
-			t.Stop()
-			return
-		case <-r.wake:
-			f.release()
-		case <-t.C:
-			// A poll interval without work: keep no connection while
-			// the queue is idle, as the workers do not.
-			rd.end()
-		}
-		t.Stop()
 		// Requests that came while nothing was there are answered by
 		// this read.
 		select {
 		case <-f.low:
 		default:
 		}
+	}
+}
+
+// waitResumed waits while the feed's queue is paused, without its read
+// connection; false if the client stops first.
+func (c *Client) waitResumed(f *feed, rd *reader) bool {
+	resumed := f.r.gate.wait()
+	select {
+	case <-resumed:
+		return true
+	default:
+	}
+	rd.end()
+	select {
+	case <-c.stopping:
+		return false
+	case <-resumed:
+		return true
 	}
 }
 
@@ -243,9 +315,9 @@ type reader struct {
 
 // fetch runs r's read on the reader's connection. A connection the server
 // closed while the queue was idle (wait_timeout) is replaced once.
-func (rd *reader) fetch(ctx context.Context, r *runner, limit int) ([]candidate, error) {
+func (rd *reader) fetch(ctx context.Context, r *runner, limit int) ([]feedKey, error) {
 	if rd.setup == "" {
-		return r.fetch(ctx, rd.db, limit)
+		return read(ctx, r, rd.db, limit)
 	}
 	for attempt := 1; ; attempt++ {
 		if rd.conn == nil {
@@ -259,7 +331,7 @@ func (rd *reader) fetch(ctx context.Context, r *runner, limit int) ([]candidate,
 			}
 			rd.conn = &conn
 		}
-		found, err := r.fetch(ctx, rd.conn, limit)
+		found, err := read(ctx, r, rd.conn, limit)
 		if err != nil {
 			// Its state is unknown: a new read starts on a new connection.
 			rd.end()
@@ -269,6 +341,17 @@ func (rd *reader) fetch(ctx context.Context, r *runner, limit int) ([]candidate,
 		}
 		return found, err
 	}
+}
+
+// read runs r's read on db, contained (see contain): the read runs the
+// queue's query function, the app's code, and a panic there fails it.
+func read(ctx context.Context, r *runner, db bun.IDB, limit int) ([]feedKey, error) {
+	var found []feedKey
+	err := contain(func() (err error) {
+		found, err = r.fetch(ctx, db, limit)
+		return err
+	})
+	return found, err
 }
 
 // end closes the reader's connection, out of the pool.

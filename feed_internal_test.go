@@ -8,15 +8,15 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func keys(ids ...string) []candidate {
-	out := make([]candidate, len(ids))
+func keys(ids ...string) []feedKey {
+	out := make([]feedKey, len(ids))
 	for i, id := range ids {
-		out[i] = candidate{id: id, vals: []any{id}}
+		out[i] = feedKey{id: id, vals: []any{id}}
 	}
 	return out
 }
 
-func ids(cs []candidate) []string {
+func ids(cs []feedKey) []string {
 	out := make([]string, len(cs))
 	for i, c := range cs {
 		out[i] = c.id
@@ -25,9 +25,9 @@ func ids(cs []candidate) []string {
 }
 
 func TestFeedHandsOutEachRowOnce(t *testing.T) {
-	f := newFeed(&runner{workers: 2, batch: 2})
+	f := newFeed(&runner{runSettings: runSettings{workers: 2, batch: 2}})
 	require.Equal(t, 32, f.begin(), "window: minReadAhead per worker, more than two rounds of batches")
-	require.Equal(t, 2*10*50, newFeed(&runner{workers: 10, batch: 50}).window, "window: two rounds of large batches")
+	require.Equal(t, 2*10*50, newFeed(&runner{runSettings: runSettings{workers: 10, batch: 50}}).window, "window: two rounds of large batches")
 	require.Equal(t, 3, f.add(keys("a", "b", "c")))
 
 	got, _ := f.take(2)

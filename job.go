@@ -13,9 +13,10 @@ import (
 // JobArgs is the payload of a job in the jobs table. Its Kind names the
 // worker that runs it; the value itself is stored as JSON.
 type JobArgs interface {
-	// Kind returns the job's kind, such as "welcome_email". It must be
-	// the same for every value of the type, and must not change once jobs
-	// of the kind have been enqueued.
+	// Kind returns the job's kind, such as "welcome_email": 1 to 255
+	// bytes of UTF-8 without NUL, compared byte for byte. It must be the
+	// same for every value of the type, and must not change once jobs of
+	// the kind have been enqueued.
 	Kind() string
 }
 
@@ -69,6 +70,8 @@ func (f WorkerFunc[T]) Work(ctx context.Context, db bun.IDB, job *Job[T]) error 
 // AddWorker registers the worker of jobs of kind T on the client. A
 // client runs the jobs table's queues (Config.JobQueues) only if at least
 // one worker was added. Add workers before Start; one worker per kind.
+// A kind no job could be enqueued with (see JobArgs) is refused with an
+// error that wraps ErrInvalidJob.
 func AddWorker[T JobArgs](c *Client, w Worker[T]) error {
 	if c == nil || w == nil {
 		return fmt.Errorf("bunqueue: AddWorker: client and worker must not be nil")
@@ -78,8 +81,8 @@ func AddWorker[T JobArgs](c *Client, w Worker[T]) error {
 		return fmt.Errorf("bunqueue: AddWorker: the job args type must be a concrete type, not an interface")
 	}
 	kind := zero.Kind()
-	if kind == "" {
-		return fmt.Errorf("bunqueue: AddWorker: %T.Kind() returned an empty kind", zero)
+	if err := checkKind(fmt.Sprintf("%T.Kind()", zero), kind); err != nil {
+		return invalidJob{fmt.Errorf("bunqueue: AddWorker: %w", err)}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -158,9 +161,3 @@ type jobRow struct {
 	// TraceContext is the carrier of the span that enqueued the job.
 	TraceContext []byte
 }
-
-// Job states.
-const (
-	jobWaiting   = 0
-	jobCompleted = 1
-)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -12,36 +13,23 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/bunqueue/bunqueue/internal/backoff"
-	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/jobsql"
 )
 
-// jobQuery is the claim query of one jobs queue, in both modes. While a
-// job is leased its run_at is the lease's end, so an expired lease makes
-// it match again.
-func jobQuery(queue string, d sqldialect.Dialect) QueryFunc {
-	due := "run_at <= " + d.Now()
-	return func(q *bun.SelectQuery) *bun.SelectQuery {
-		return q.Where("queue = ?", queue).
-			Where("state = ?", jobWaiting).
-			Where(due).
-			Order("priority", "run_at", "id")
-	}
-}
+// jobSQL returns the statements on the jobs tables of the client's
+// server.
+func (c *Client) jobSQL() jobsql.SQL { return jobsql.New(c.dialect) }
 
 // jobRunners returns the runners of the jobs queues.
 func (c *Client) jobRunners() []*runner {
 	var runners []*runner
 	for name, qc := range c.cfg.JobQueues {
-		h, err := newHooks(fmt.Sprintf("Config.JobQueues[%q].Hooks", name), c.cfg.Hooks, qc.Hooks)
-		if err != nil {
-			panic(err) // validated by NewClient
-		}
+		h := newHooks(c.cfg.Hooks, qc.Hooks)
 		if qc.Mode == ModeLease {
 			l := &leaseRunner{c: c, queue: name, cfg: qc, hooks: h, jobs: jobsQueue(c, name, leaseHandler, nil)}
 			runners = append(runners, &runner{
-				name: name, workers: qc.Workers, batch: qc.BatchSize, selfSized: qc.selfSized, poll: qc.PollInterval,
-				wake: make(chan struct{}, 1), fetch: l.jobs.candidates, run: l.run, depth: l.jobs.Count,
-				explain: l.jobs.planRead,
+				name: name, runSettings: runSettings{workers: qc.Workers, batch: qc.BatchSize, selfSized: qc.selfSized, poll: qc.PollInterval},
+				wake: make(chan struct{}, 1), queueEngine: l,
 			})
 			continue
 		}
@@ -52,7 +40,12 @@ func (c *Client) jobRunners() []*runner {
 			&QueueConfig[jobRow]{
 				Workers: qc.Workers, BatchSize: batchSize(qc), PollInterval: qc.PollInterval, Timeout: qc.Timeout,
 				OnError: func(ctx context.Context, tx bun.Tx, row *jobRow, cause error) error {
-					_, err := c.failJob(ctx, tx, row, row.Attempts+1, cause, "")
+					fate := newJobFate(row, row.Attempts+1)
+					noteJobFate(ctx, fate) // for the worker's log line
+					_, after, err := c.failJob(ctx, tx, row, row.Attempts+1, cause, "")
+					if err == nil {
+						fate.recorded(cause, after)
+					}
 					return err
 				},
 			})
@@ -62,18 +55,7 @@ func (c *Client) jobRunners() []*runner {
 			for i, row := range rows {
 				ids[i] = row.ID
 			}
-			if stmt, lead := c.completion(); prep && len(ids) == 1 && len(lead) == 0 {
-				// One job's DELETE runs prepared, once there is one.
-				text := stmt + "id IN (" + c.dialect.Placeholder(1) + ")"
-				ok, err := c.prepared(ctx, tx, "DELETE", "bunqueue_jobs", text, func(ctx context.Context, st *sql.Stmt) error {
-					_, err := st.ExecContext(ctx, ids[0])
-					return err
-				})
-				if ok {
-					return err
-				}
-			}
-			return c.completeJobs(ctx, tx, ids)
+			return c.completeHeld(ctx, tx, prep, ids)
 		}
 		q.creator = func(row *jobRow) context.Context { return c.tel.extract(row.TraceContext) }
 		q.attrs = func(row *jobRow) []attribute.KeyValue {
@@ -81,19 +63,34 @@ func (c *Client) jobRunners() []*runner {
 		}
 		q.outcomeF = func(row *jobRow, cause error) string { return failOutcome(cause, row.Attempts+1, row.MaxAttempts) }
 		q.hooks = hooks{} // runLocked calls them around the worker, not its completion
-		runners = append(runners, q.runner())
+		r := q.runner()
+		r.queueEngine = notingFates{r.queueEngine}
+		runners = append(runners, r)
 	}
 	return runners
+}
+
+// notingFates is the engine of a jobs queue in lock mode: its OnError
+// notes each failed job's fate; its ItemError carries it to the worker's
+// log line.
+type notingFates struct{ queueEngine }
+
+func (e notingFates) runBatch(ctx context.Context, s *session, limit int, keys []feedKey) batchResult {
+	ctx, fates := withJobFates(ctx)
+	res := e.queueEngine.runBatch(ctx, s, limit, keys)
+	fates.attach(res.itemErrs)
+	return res
 }
 
 // jobsQueue returns a queue over the jobs table for the jobs queue name,
 // attached to c. Its claims lock jobs by their primary key.
 func jobsQueue(c *Client, name string, handler HandlerFunc[jobRow], cfg *QueueConfig[jobRow]) *Queue[jobRow] {
-	q := NewQueue(name, jobQuery(name, c.dialect), handler, cfg)
+	q := NewQueue(name, c.jobSQL().ClaimQuery(name), handler, cfg)
 	if err := q.attach(c); err != nil {
 		panic(err) // the declaration is valid by construction
 	}
 	q.byPrimary = true
+	q.headIndex = jobsql.ClaimIndex
 	return q
 }
 
@@ -116,7 +113,7 @@ func batchSize(qc JobQueueConfig) int {
 func (c *Client) jobDepth(queue string) func(ctx context.Context, limit int) (int, error) {
 	return func(ctx context.Context, limit int) (int, error) {
 		return c.countUnlocked(ctx, queue, limit, func(tx bun.Tx) *bun.SelectQuery {
-			return jobQuery(queue, c.dialect)(tx.NewSelect().Model((*jobRow)(nil))).Column("id")
+			return c.jobSQL().ClaimQuery(queue)(tx.NewSelect().Model((*jobRow)(nil))).Column("id")
 		})
 	}
 }
@@ -142,28 +139,36 @@ func errNoWorker(kind string) error {
 // Config.Retention is set. With a lease token, only a job still leased
 // with it is completed. It reports whether it changed the job.
 func (c *Client) completeJob(ctx context.Context, db bun.IDB, id int64, token string) (bool, error) {
-	where, args := jobWhere(id, token)
-	stmt, lead := c.completion()
-	return affected(db.NewRaw(stmt+where, append(lead, args...)...).Exec(ctx))
+	return c.jobSQL().Complete(ctx, db, c.cfg.Retention > 0, id, token)
 }
 
-// completeJobs completes the jobs of ids, as completeJob does one, in one
-// statement: the completion of a lock-mode batch, whose rows it holds.
-func (c *Client) completeJobs(ctx context.Context, db bun.IDB, ids []int64) error {
-	stmt, lead := c.completion()
-	_, err := db.NewRaw(stmt+"id IN (?)", append(lead, bun.List(ids))...).Exec(ctx)
-	return err
-}
-
-// completion returns the statement that completes the jobs its WHERE
-// clause (to be appended) picks, and its arguments before the clause's: a
-// DELETE, or with Config.Retention an UPDATE to completed.
-func (c *Client) completion() (string, []any) {
-	if c.cfg.Retention > 0 {
-		return "UPDATE bunqueue_jobs SET state = ?, completed_at = " + c.dialect.Now() +
-			", unique_key = NULL, lease_token = NULL, last_error = NULL WHERE ", []any{jobCompleted}
+// completeHeld completes the jobs of ids, which tx holds locked, before
+// the batch commits: one job by its prepared statement (once there is
+// one, with prep), several by one statement that reads them through the
+// primary key (jobsql.SQL.CompleteHeld).
+func (c *Client) completeHeld(ctx context.Context, tx bun.Tx, prep bool, ids []int64) error {
+	if len(ids) == 1 {
+		return c.completeOne(ctx, tx, prep, ids[0])
 	}
-	return "DELETE FROM bunqueue_jobs WHERE ", nil
+	return c.jobSQL().CompleteHeld(ctx, tx, c.cfg.Retention > 0, ids)
+}
+
+// completeOne completes the job id, which tx holds locked.
+func (c *Client) completeOne(ctx context.Context, tx bun.Tx, prep bool, id int64) error {
+	keep := c.cfg.Retention > 0
+	if prep {
+		stmt := c.jobSQL().CompleteOne(keep, c.dialect.Placeholder(1))
+		op, _, _ := strings.Cut(stmt, " ")
+		ok, err := c.prepared(ctx, tx, op, jobsql.Jobs, stmt, func(ctx context.Context, st *sql.Stmt) error {
+			_, err := st.ExecContext(ctx, id)
+			return err
+		})
+		if ok {
+			return err
+		}
+	}
+	_, err := tx.NewRaw(c.jobSQL().CompleteOne(keep, "?"), id).Exec(ctx)
+	return err
 }
 
 // failJob records a failed attempt of a job: a snooze reschedules it
@@ -171,29 +176,37 @@ func (c *Client) completion() (string, []any) {
 // the failed-jobs table; anything else schedules a retry after the
 // backoff. With a lease token, only a job still leased with it is
 // changed, and db must be a transaction. It reports whether it changed the
-// job.
-func (c *Client) failJob(ctx context.Context, db bun.IDB, row *jobRow, attempt int, cause error, token string) (bool, error) {
-	where, args := jobWhere(row.ID, token)
+// job, and how long until the job runs again (the snooze or the backoff;
+// zero when it moved to the failed jobs).
+func (c *Client) failJob(ctx context.Context, db bun.IDB, row *jobRow, attempt int, cause error, token string) (changed bool, after time.Duration, err error) {
 	var snooze *snoozeError
 	var cancel *cancelError
 	switch {
 	case errors.As(cause, &snooze):
-		return affected(db.NewRaw("UPDATE bunqueue_jobs SET attempts = ?, lease_token = NULL, run_at = "+c.dialect.NowPlus(snooze.after)+" WHERE "+where,
-			append([]any{attempt - 1}, args...)...).Exec(ctx))
+		changed, err = c.jobSQL().Snooze(ctx, db, row.ID, token, attempt-1, snooze.after)
+		return changed, snooze.after, err
 	case errors.As(cause, &cancel) || attempt >= row.MaxAttempts:
-		moved, err := affected(db.NewRaw(`INSERT INTO bunqueue_failed_jobs
-	(job_id, queue, kind, args, metadata, priority, attempts, max_attempts, unique_key, error, created_at, failed_at, trace_context)
-SELECT id, queue, kind, args, metadata, priority, ?, max_attempts, unique_key, ?, created_at, `+c.dialect.Now()+`, trace_context
-FROM bunqueue_jobs WHERE `+where, append([]any{attempt, errorText(cause)}, args...)...).Exec(ctx))
-		if err != nil || !moved {
-			return false, err
-		}
-		return affected(db.NewRaw("DELETE FROM bunqueue_jobs WHERE id = ?", row.ID).Exec(ctx))
+		changed, err = c.jobSQL().MoveToFailed(ctx, db, row.ID, token, attempt, errorText(cause))
+		return changed, 0, err
 	default:
-		wait := c.cfg.Backoff(attempt)
-		return affected(db.NewRaw("UPDATE bunqueue_jobs SET attempts = ?, lease_token = NULL, last_error = ?, run_at = "+c.dialect.NowPlus(max(wait, 0))+" WHERE "+where,
-			append([]any{attempt, errorText(cause)}, args...)...).Exec(ctx))
+		wait := c.retryWait(ctx, row, attempt)
+		changed, err = c.jobSQL().ScheduleRetry(ctx, db, row.ID, token, attempt, errorText(cause), wait)
+		return changed, wait, err
 	}
+}
+
+// retryWait is how long the job of row waits after its failed attempt,
+// by Config.Backoff. A Backoff that panics (or calls runtime.Goexit) is
+// logged, and the job waits DefaultBackoff's time instead: the attempt
+// is still recorded and the job retried.
+func (c *Client) retryWait(ctx context.Context, row *jobRow, attempt int) time.Duration {
+	var wait time.Duration
+	if err := contain(func() error { wait = c.cfg.Backoff(attempt); return nil }); err != nil {
+		wait = DefaultBackoff(attempt)
+		c.cfg.Logger.ErrorContext(ctx, "bunqueue: Config.Backoff failed; the job waits DefaultBackoff's time instead",
+			"queue", row.Queue, "job_id", row.ID, "attempt", attempt, "error", err)
+	}
+	return max(wait, 0)
 }
 
 // failOutcome is what failJob does with a failed attempt.
@@ -211,29 +224,18 @@ func failOutcome(cause error, attempt, maxAttempts int) string {
 	return outcomeRetried
 }
 
-func jobWhere(id int64, token string) (string, []any) {
-	if token == "" {
-		return "id = ?", []any{id}
-	}
-	return "id = ? AND lease_token = ?", []any{id, token}
-}
-
-func affected(r interface{ RowsAffected() (int64, error) }, err error) (bool, error) {
-	if err != nil {
-		return false, err
-	}
-	n, err := r.RowsAffected()
-	return n > 0, err
-}
-
 // errorText is what is kept of a job's error: its message, the stack of a
-// panic, at most 60,000 bytes (a TEXT column holds 65,535).
+// panic, at most 60,000 bytes (a TEXT column holds 65,535). PostgreSQL's
+// text holds neither a NUL nor invalid UTF-8, and a failure that could
+// not be recorded would never count its attempt: a NUL is kept as the
+// four characters \x00, invalid bytes as U+FFFD.
 func errorText(err error) string {
 	s := err.Error()
 	var pe *PanicError
 	if errors.As(err, &pe) {
 		s += "\n\n" + string(pe.Stack)
 	}
+	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", `\x00`)
 	const limit = 60000
 	if len(s) > limit {
 		s = s[:limit]
@@ -259,19 +261,15 @@ func (c *Client) clean(ctx context.Context) {
 		case <-t.C:
 		}
 		for {
-			var ids []int64
-			err := c.db.NewRaw("SELECT id FROM bunqueue_jobs WHERE state = ? AND completed_at < "+c.dialect.NowPlus(-c.cfg.Retention)+" ORDER BY state, completed_at, id LIMIT 1000",
-				jobCompleted).Scan(ctx, &ids)
-			if err == nil && len(ids) > 0 {
-				_, err = c.db.NewRaw("DELETE FROM bunqueue_jobs WHERE id IN (?) AND state = ?", bun.List(ids), jobCompleted).Exec(ctx)
-			}
+			const batch = 1000
+			n, err := c.jobSQL().DeleteCompleted(ctx, c.db, c.cfg.Retention, batch)
 			if err != nil {
 				if ctx.Err() == nil {
 					log.ErrorContext(ctx, "bunqueue: delete completed jobs", "error", err)
 				}
 				break
 			}
-			if len(ids) < 1000 {
+			if n < batch {
 				break
 			}
 		}

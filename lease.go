@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/schema"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 )
@@ -33,14 +34,33 @@ type leaseRunner struct {
 	hooks hooks
 }
 
-// run leases the jobs of keys that are still waiting and not locked (with
+// fetch reads the keys of the next waiting jobs (see Queue.fetch).
+func (l *leaseRunner) fetch(ctx context.Context, db bun.IDB, limit int) ([]feedKey, error) {
+	return l.jobs.fetch(ctx, db, limit)
+}
+
+// probe returns the idle watcher's read of one waiting job (see
+// Queue.probe).
+func (l *leaseRunner) probe(db bun.IDB, except []feedKey) *bun.SelectQuery {
+	return l.jobs.probe(db, except)
+}
+
+// depth counts the waiting jobs, up to limit.
+func (l *leaseRunner) depth(ctx context.Context, limit int) (int, error) {
+	return l.jobs.Count(ctx, limit)
+}
+
+// explain returns the read of fetch, for the plan check at Start.
+func (l *leaseRunner) explain() (*bun.SelectQuery, *schema.Table) { return l.jobs.explain() }
+
+// runBatch leases the jobs of keys that are still waiting and not locked (with
 // keys nil: up to limit jobs at the head of the queue) in a short
 // transaction, then runs them one after the other outside any
 // transaction, keeping their leases alive.
 //
 // It does not use the worker's session: a lease-mode job holds no
 // connection while it runs.
-func (l *leaseRunner) run(ctx context.Context, _ *session, limit int, keys []candidate) batchResult {
+func (l *leaseRunner) runBatch(ctx context.Context, _ *session, limit int, keys []feedKey) batchResult {
 	var res batchResult
 	var rows []jobRow
 	var token string
@@ -85,7 +105,7 @@ func (l *leaseRunner) run(ctx context.Context, _ *session, limit int, keys []can
 // a context that Stop cancels (pgx does) reports an error after the server
 // may have committed, and the jobs would stay leased, not run, until their
 // leases ran out. The caller releases what it claimed if ctx has ended.
-func (l *leaseRunner) claim(ctx context.Context, limit int, keys []candidate, res *batchResult) ([]jobRow, string, error) {
+func (l *leaseRunner) claim(ctx context.Context, limit int, keys []feedKey, res *batchResult) ([]jobRow, string, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
 	tx, err := l.c.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
@@ -103,10 +123,12 @@ func (l *leaseRunner) claim(ctx context.Context, limit int, keys []candidate, re
 	var expired []error
 	for _, r := range rows {
 		if r.Attempts >= r.MaxAttempts {
-			if _, err := l.c.failJob(ctx, tx, &r, r.Attempts, errLeaseExpired, ""); err != nil {
+			if _, _, err := l.c.failJob(ctx, tx, &r, r.Attempts, errLeaseExpired, ""); err != nil {
 				return nil, "", err
 			}
-			expired = append(expired, &ItemError{Queue: l.queue, Key: fmt.Sprintf("id=%d", r.ID), Err: errLeaseExpired, Recorded: true})
+			fate := newJobFate(&r, r.Attempts)
+			fate.recorded(errLeaseExpired, 0)
+			expired = append(expired, &ItemError{Queue: l.queue, Key: fmt.Sprintf("id=%d", r.ID), Err: errLeaseExpired, Recorded: true, job: fate})
 			continue
 		}
 		r.Attempts++
@@ -115,8 +137,7 @@ func (l *leaseRunner) claim(ctx context.Context, limit int, keys []candidate, re
 	}
 	token := newToken()
 	if len(ids) > 0 {
-		if _, err := tx.NewRaw("UPDATE bunqueue_jobs SET attempts = attempts + 1, lease_token = ?, run_at = "+l.c.dialect.NowPlus(l.cfg.Lease)+" WHERE id IN (?)",
-			token, bun.List(ids)).Exec(ctx); err != nil {
+		if err := l.c.jobSQL().Lease(ctx, tx, ids, token, l.cfg.Lease); err != nil {
 			return nil, "", err
 		}
 	}
@@ -130,85 +151,135 @@ func (l *leaseRunner) claim(ctx context.Context, limit int, keys []candidate, re
 // runOne runs one leased job and completes, fails or releases it, if the
 // lease is still this worker's.
 func (l *leaseRunner) runOne(ctx context.Context, keeper *leaseKeeper, row *jobRow, token string) (ierr error) {
-	key := fmt.Sprintf("id=%d", row.ID)
-	itemErr := func(err error) error { return &ItemError{Queue: l.queue, Key: key, Err: err} }
 	defer func() { l.c.finishedJob(l.queue, ierr) }() // counts for Client.Stats
-
-	tel := l.c.tel
-	sctx, span := tel.startBatch(ctx, l.queue)
-	it := tel.startItem(sctx, span, l.queue, 1, strconv.FormatInt(row.ID, 10), tel.extract(row.TraceContext),
-		AttrKind.String(row.Kind), AttrAttempt.Int(row.Attempts))
-	it.outcome = outcomeReleased
-	defer func() {
-		if ierr != nil && it.err == nil {
-			it.err = ierr
-		}
-		tel.end(it)
-		tel.endSpan(span, nil)
-	}()
-
-	jctx, cancel := withTimeout(it.ctx, l.cfg.Timeout)
-	defer cancel()
-	var err error
-	switch run := l.c.kinds[row.Kind]; {
-	case ctx.Err() != nil:
-		// Stopping before the job's turn came: give it back (below)
-		// without starting it.
-		err = ctx.Err()
-	case !keeper.start(row.ID, cancel):
-		return itemErr(errors.New("bunqueue: the job's lease was lost before it started; another worker may hold it now"))
-	default:
-		err = l.hooks.run(jctx, func() *WorkInfo { return row.workInfo(row.Attempts) }, func() error {
-			if run == nil {
-				return errNoWorker(row.Kind)
-			}
-			return run(jctx, l.c.db, row, row.Attempts)
-		})
+	j := &leasedJob{l: l, row: row, token: token, fate: newJobFate(row, row.Attempts)}
+	end := j.trace(ctx)
+	defer func() { end(ierr) }()
+	gone, err := j.work(ctx, keeper)
+	if gone {
+		return j.failure(errors.New("bunqueue: the job's lease was lost before it started; another worker may hold it now"))
 	}
-	lost := keeper.finish(row.ID)
+	return j.settle(ctx, err, keeper.finish(row.ID))
+}
 
-	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
-	defer fcancel()
+// leasedJob is one job of a lease-mode batch while runOne takes it
+// through its steps: trace, work, settle.
+type leasedJob struct {
+	l     *leaseRunner
+	row   *jobRow
+	token string
+	fate  *jobFate // for the worker's log line
+	it    *itemSpan
+}
+
+// failure is err as the job's ItemError, its failure not recorded.
+func (j *leasedJob) failure(err error) error {
+	return &ItemError{Queue: j.l.queue, Key: j.key(), Err: err, job: j.fate}
+}
+
+func (j *leasedJob) key() string { return fmt.Sprintf("id=%d", j.row.ID) }
+
+// trace starts the job's spans, released until settle says otherwise;
+// end ends them with the job's error.
+func (j *leasedJob) trace(ctx context.Context) (end func(ierr error)) {
+	tel, row := j.l.c.tel, j.row
+	sctx, span := tel.startBatch(ctx, j.l.queue)
+	j.it = tel.startItem(sctx, span, j.l.queue, 1, strconv.FormatInt(row.ID, 10), tel.extract(row.TraceContext),
+		AttrKind.String(row.Kind), AttrAttempt.Int(row.Attempts))
+	j.it.outcome = outcomeReleased
+	return func(ierr error) {
+		if ierr != nil && j.it.err == nil {
+			j.it.err = ierr
+		}
+		tel.end(j.it)
+		tel.endSpan(span, nil)
+	}
+}
+
+// work runs the job's worker, with the queue's Timeout and hooks, and
+// returns its result. The keeper cancels the worker's context if the
+// lease is lost meanwhile. It reports gone if the lease was lost before
+// the job could start. A client that is stopping starts no job: the
+// result is then ctx's error, and settle gives the job back.
+func (j *leasedJob) work(ctx context.Context, keeper *leaseKeeper) (gone bool, err error) {
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	jctx, cancel := withTimeout(j.it.ctx, j.l.cfg.Timeout)
+	defer cancel()
+	row, run := j.row, j.l.c.kinds[j.row.Kind]
+	if !keeper.start(row.ID, cancel) {
+		return true, nil
+	}
+	return false, j.l.hooks.run(jctx, func() *WorkInfo { return row.workInfo(row.Attempts) }, func() error {
+		if run == nil {
+			return errNoWorker(row.Kind)
+		}
+		return run(jctx, j.l.c.db, row, row.Attempts)
+	})
+}
+
+// settle records the job's result, err, while its lease is still this
+// worker's: it completes the job, gives it back when the client is
+// stopping, or records the failure. lost says that the keeper knew the
+// lease lost. It returns the job's error for the batch: nil once the job
+// completed.
+func (j *leasedJob) settle(ctx context.Context, err error, lost bool) error {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
 	var changed bool
 	var ferr error
 	switch {
 	case err == nil:
-		ferr = l.c.retry(fctx, func() (err error) {
-			changed, err = l.c.completeJob(fctx, l.c.db, row.ID, token)
-			return err
-		})
-		if ferr == nil && changed {
-			it.outcome = outcomeCompleted
+		if changed, ferr = j.complete(fctx); ferr == nil && changed {
+			j.it.outcome = outcomeCompleted
 			return nil
 		}
 	case ctx.Err() != nil:
 		// Stopping: give the job back at once, without using the attempt.
-		changed, ferr = affected(l.c.db.NewRaw("UPDATE bunqueue_jobs SET attempts = attempts - 1, lease_token = NULL, run_at = "+l.c.dialect.Now()+" WHERE id = ? AND lease_token = ?",
-			row.ID, token).Exec(fctx))
-		if ferr == nil && changed {
-			return itemErr(fmt.Errorf("bunqueue: released on stop: %w", ctx.Err()))
+		if changed, ferr = j.l.c.jobSQL().Release(fctx, j.l.c.db, j.row.ID, j.token); ferr == nil && changed {
+			j.fate.stopped = true
+			return j.failure(fmt.Errorf("bunqueue: released on stop: %w", ctx.Err()))
 		}
 	default:
-		cause := err
-		ferr = l.c.retry(fctx, func() error {
-			return l.c.db.RunInTx(fctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) (err error) {
-				changed, err = l.c.failJob(ctx, tx, row, row.Attempts, cause, token)
-				return err
-			})
-		})
-		if ferr == nil && changed {
-			it.outcome, it.err = failOutcome(cause, row.Attempts, row.MaxAttempts), cause
-			return &ItemError{Queue: l.queue, Key: key, Err: cause, Recorded: true}
+		var after time.Duration
+		if changed, after, ferr = j.fail(fctx, err); ferr == nil && changed {
+			j.it.outcome, j.it.err = failOutcome(err, j.row.Attempts, j.row.MaxAttempts), err
+			j.fate.recorded(err, after)
+			return &ItemError{Queue: j.l.queue, Key: j.key(), Err: err, Recorded: true, job: j.fate}
 		}
 	}
 	if ferr != nil {
-		return itemErr(fmt.Errorf("bunqueue: finishing the job failed (its lease will expire and it will run again): %w (job result: %v)", ferr, err))
+		return j.failure(fmt.Errorf("bunqueue: finishing the job failed (its lease will expire and it will run again): %w (job result: %v)", ferr, err))
 	}
 	why := "the lease expired"
 	if lost {
 		why = "the lease was lost"
 	}
-	return itemErr(fmt.Errorf("bunqueue: %s before the job finished; another worker may hold it, so this result was not recorded (job result: %v)", why, err))
+	return j.failure(fmt.Errorf("bunqueue: %s before the job finished; another worker may hold it, so this result was not recorded (job result: %v)", why, err))
+}
+
+// complete completes the job, retrying conflicts. It reports whether it
+// did: not if the lease was no longer this worker's.
+func (j *leasedJob) complete(ctx context.Context) (changed bool, err error) {
+	err = j.l.c.retry(ctx, func() (err error) {
+		changed, err = j.l.c.completeJob(ctx, j.l.c.db, j.row.ID, j.token)
+		return err
+	})
+	return changed, err
+}
+
+// fail records the job's failure, cause, in a transaction of its own,
+// retrying conflicts (see Client.failJob). It reports whether it did,
+// and how long until the job runs again.
+func (j *leasedJob) fail(ctx context.Context, cause error) (changed bool, after time.Duration, err error) {
+	err = j.l.c.retry(ctx, func() error {
+		return j.l.c.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) (err error) {
+			changed, after, err = j.l.c.failJob(ctx, tx, j.row, j.row.Attempts, cause, j.token)
+			return err
+		})
+	})
+	return changed, after, err
 }
 
 func newToken() string {
@@ -332,18 +403,14 @@ func (k *leaseKeeper) extend(ctx context.Context) {
 	}
 	hctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), until)
 	defer cancel()
-	db := k.l.c.db
+	db, jobs := k.l.c.db, k.l.c.jobSQL()
 	still := ids
-	r, err := db.NewRaw("UPDATE bunqueue_jobs SET run_at = "+k.l.c.dialect.NowPlus(lease)+" WHERE id IN (?) AND lease_token = ?",
-		bun.List(ids), k.token).Exec(hctx)
-	if err == nil {
-		if n, _ := r.RowsAffected(); n < int64(len(ids)) {
-			// Some lease was taken over: find which.
-			still = nil
-			err = db.NewRaw("SELECT id FROM bunqueue_jobs WHERE id IN (?) AND lease_token = ?", bun.List(ids), k.token).Scan(hctx, &still)
-		}
+	n, err := jobs.Extend(hctx, db, ids, k.token, lease)
+	if err == nil && n < int64(len(ids)) {
+		// Some lease was taken over: find which.
+		still, err = jobs.Leased(hctx, db, ids, k.token)
 	}
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+	if err != nil {
 		k.l.c.cfg.Logger.WarnContext(ctx, "bunqueue: lease heartbeat failed", "queue", k.l.queue, "error", err)
 		return
 	}

@@ -22,7 +22,7 @@ const planLimit = 100
 // explained.
 func (c *Client) checkPlans(ctx context.Context, runners []*runner) error {
 	for _, r := range runners {
-		if r.explain == nil {
+		if r.queueEngine == nil {
 			continue
 		}
 		sel, table := r.explain()
@@ -77,8 +77,8 @@ func (c *Client) checkPlans(ctx context.Context, runners []*runner) error {
 	return nil
 }
 
-// planRead returns the queue's plain read of its waiting rows' keys (as
-// candidates sends it, without its LIMIT), and the queue's table.
-func (q *Queue[T]) planRead() (*bun.SelectQuery, *schema.Table) {
-	return q.query(q.client.db.NewSelect().Model((*T)(nil))).Column(q.pkNames()...), q.table
+// explain returns the queue's plain read of its waiting rows' keys (as
+// fetch sends it, without its LIMIT), and the queue's table.
+func (q *Queue[T]) explain() (*bun.SelectQuery, *schema.Table) {
+	return q.apply(q.atHead(q.client.db.NewSelect().Model((*T)(nil)))).Column(q.pkNames()...), q.table
 }

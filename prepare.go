@@ -60,31 +60,31 @@ func preparable(typ reflect.Type, table *schema.Table) bool {
 
 // markers is the key of a prepared statement's row: the dialect's
 // parameter markers in place of its values, for onlyKeys.
-func (q *Queue[T]) markers() []candidate {
+func (q *Queue[T]) markers() []feedKey {
 	marks := make([]any, len(q.table.PKs))
 	for i := range marks {
 		marks[i] = bun.Safe(q.client.dialect.Placeholder(i + 1))
 	}
-	return []candidate{{vals: marks}}
+	return []feedKey{{vals: marks}}
 }
 
 // claimOne claims the row of key k, if it still waits and is not locked,
 // with a prepared statement. ok is false when the statement is not
 // prepared yet: nothing ran, and the row is claimed in text.
-func (q *Queue[T]) claimOne(ctx context.Context, tx bun.Tx, k candidate) (items []T, ok bool, err error) {
+func (q *Queue[T]) claimOne(ctx context.Context, tx bun.Tx, k feedKey) (items []T, ok bool, err error) {
 	items = make([]T, 0, 1)
-	sel := q.onlyKeys(q.query(q.byKey(tx.NewSelect().Model(&items))), q.markers()).Limit(1)
+	sel := q.onlyKeys(q.apply(q.byKey(tx.NewSelect().Model(&items))), q.markers()).Limit(1)
 	ok, err = q.scanPrepared(ctx, tx, sqldialect.Locking(sel, q.client.dialect.SkipLocked()), k.vals, &items)
 	return items, ok, err
 }
 
-// recheckOne reports, with a prepared statement, whether item still
-// matches the queue's query. ok is false when the statement is not
-// prepared yet: nothing ran, and the re-check runs in text.
-func (q *Queue[T]) recheckOne(ctx context.Context, tx bun.Tx, item *T) (still, ok bool, err error) {
+// recheckOne reports, with a prepared statement, whether the row of the
+// key vals still matches the queue's query. ok is false when the
+// statement is not prepared yet: nothing ran, and the re-check runs in
+// text.
+func (q *Queue[T]) recheckOne(ctx context.Context, tx bun.Tx, vals []any) (still, ok bool, err error) {
 	found := make([]T, 0, 1)
-	sel := q.onlyKeys(q.query(q.byKey(tx.NewSelect().Model(&found))).Column(q.pkNames()...), q.markers()).Limit(1)
-	vals, _ := q.key(item)
+	sel := q.onlyKeys(q.apply(q.byKey(tx.NewSelect().Model(&found))).Column(q.pkNames()...), q.markers()).Limit(1)
 	ok, err = q.scanPrepared(ctx, tx, sel, vals, &found)
 	return len(found) > 0, ok, err
 }
@@ -111,7 +111,9 @@ func (q *Queue[T]) scanPrepared(ctx context.Context, tx bun.Tx, sel *bun.SelectQ
 // text is not prepared (yet): nothing ran, and the caller runs it in text.
 // A statement the server refused (Dialect.Refused: not a conflict, a kill
 // or a lost connection) is dropped, and its text runs as it is for a
-// while.
+// while; one the server session did not have (Dialect.StatementLost)
+// turns every prepared statement off, and fails with errPreparedLost, so
+// that its transaction runs again at once, in text.
 func (c *Client) prepared(ctx context.Context, tx bun.Tx, op, table, text string, fn func(ctx context.Context, st *sql.Stmt) error) (ok bool, err error) {
 	stmt := c.stmts.Get(text)
 	if stmt == nil {
@@ -124,6 +126,10 @@ func (c *Client) prepared(ctx context.Context, tx bun.Tx, op, table, text string
 	c.tel.endSpan(span, err)
 	if err == nil {
 		return true, nil
+	}
+	if c.dialect.StatementLost(err) && ctx.Err() == nil {
+		c.preparedOff(ctx, "a prepared statement was missing on the server session, or there already", err)
+		return true, fmt.Errorf("%w: %w", errPreparedLost, err)
 	}
 	if c.dialect.Refused(err) && ctx.Err() == nil {
 		c.stmts.Drop(text)

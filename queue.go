@@ -19,8 +19,14 @@ import (
 )
 
 // QueryFunc declares a queue: given a select over the queue's model, it
-// adds the conditions (and the ORDER BY) that make a row part of the queue.
-// Do not set LIMIT or FOR: the engine adds them.
+// adds the conditions (Where, WhereOr, WhereGroup; they may read other
+// tables in subqueries, and those of a With) and the ORDER BY that make a
+// row part of the queue, and returns the query it was given. The engine
+// adds the rest to each statement it builds from it: the keys it reads
+// or claims, LIMIT, the lock clause, the index and the columns; so
+// Client.Add refuses a query that sets LIMIT, OFFSET, FOR, columns,
+// another table or model, joins, index hints, DISTINCT, GROUP BY, HAVING
+// or a UNION, naming the clause.
 type QueryFunc func(q *bun.SelectQuery) *bun.SelectQuery
 
 // HandlerFunc processes one row of type T inside the transaction that
@@ -47,18 +53,8 @@ type Queue[T any] struct {
 	handler HandlerFunc[T]
 	batch   BatchHandlerFunc[T] // set by NewBatchQueue; handler calls it for one row
 	given   *QueueConfig[T]
-	trusted bool // the library's own handler: skip the leave-the-query re-check
 
-	// For the jobs queues: the item's creation context, its span
-	// attributes, and the outcome of a failure OnError recorded.
-	creator  func(item *T) context.Context
-	attrs    func(item *T) []attribute.KeyValue
-	outcomeF func(item *T, cause error) string
-	// complete, if set, takes the items whose handlers succeeded out of
-	// the queue, in one statement, before the batch commits: their
-	// handlers leave that to it. With prep, the statement for one item
-	// may run prepared.
-	complete func(ctx context.Context, tx bun.Tx, prep bool, items []*T) error
+	jobsOnly[T] // set for the jobs queues (see jobsQueue), zero for a table queue
 
 	hooks hooks // set by Client.Add
 
@@ -74,6 +70,26 @@ type Queue[T any] struct {
 	// prepares: a worker's claim of one row and its re-check may run as
 	// prepared statements (see prepare.go; set by Client.Add).
 	prepares bool
+}
+
+// jobsOnly are the fields of a Queue that only the jobs queues set (see
+// Client.jobRunners and jobsQueue); a table queue has them zero.
+type jobsOnly[T any] struct {
+	trusted bool // the library's own handler: skip the leave-the-query re-check
+	// The item's creation context, its span attributes, and the outcome
+	// of a failure OnError recorded.
+	creator  func(item *T) context.Context
+	attrs    func(item *T) []attribute.KeyValue
+	outcomeF func(item *T, cause error) string
+	// complete, if set, takes the items whose handlers succeeded out of
+	// the queue, in one statement, before the batch commits: their
+	// handlers leave that to it. With prep, the statement for one item
+	// may run prepared.
+	complete func(ctx context.Context, tx bun.Tx, prep bool, items []*T) error
+	// headIndex, if set, is the index that reads and claims at the head
+	// of the queue go through, whatever the table's statistics say: the
+	// jobs table's claim index.
+	headIndex string
 }
 
 // AnyQueue is implemented by every *Queue[T], whatever its T, so that a
@@ -126,21 +142,24 @@ func (q *Queue[T]) Count(ctx context.Context, limit int) (int, error) {
 		return 0, fmt.Errorf("bunqueue: queue %q: Count limit must be positive, got %d", q.name, limit)
 	}
 	return q.client.countUnlocked(ctx, q.name, limit, func(tx bun.Tx) *bun.SelectQuery {
-		return q.query(tx.NewSelect().Model((*T)(nil))).Column(q.pkNames()...)
+		return q.apply(tx.NewSelect().Model((*T)(nil))).Column(q.pkNames()...)
 	})
 }
+
+// depth is Count, for the queue's engine (see queueEngine).
+func (q *Queue[T]) depth(ctx context.Context, limit int) (int, error) { return q.Count(ctx, limit) }
 
 // countUnlocked counts the rows of sel, at most limit, skipping the
 // locked ones, in a READ COMMITTED transaction it rolls back.
 func (c *Client) countUnlocked(ctx context.Context, queue string, limit int, sel func(tx bun.Tx) *bun.SelectQuery) (int, error) {
 	tx, err := c.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
-		return 0, fmt.Errorf("bunqueue: count %s: %w", queue, err)
+		return 0, fmt.Errorf("bunqueue: queue %q: count: %w", queue, err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	rows, err := sqldialect.Locking(sel(tx).Limit(int64(limit)), c.dialect.SkipLocked()).Rows(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("bunqueue: count %s: %w", queue, err)
+		return 0, fmt.Errorf("bunqueue: queue %q: count: %w", queue, err)
 	}
 	defer rows.Close()
 	n := 0
@@ -148,7 +167,7 @@ func (c *Client) countUnlocked(ctx context.Context, queue string, limit int, sel
 		n++
 	}
 	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("bunqueue: count %s: %w", queue, err)
+		return 0, fmt.Errorf("bunqueue: queue %q: count: %w", queue, err)
 	}
 	return n, nil
 }
@@ -166,7 +185,35 @@ func (q *Queue[T]) ProcessNext(ctx context.Context) (bool, error) {
 	return res.claimed > 0, errors.Join(append(res.itemErrs, res.err)...)
 }
 
+// attach checks the queue's declaration, model, query and configuration
+// and ties the queue to c (see Client.Add).
 func (q *Queue[T]) attach(c *Client) error {
+	if err := q.checkDeclared(); err != nil {
+		return err
+	}
+	table, err := q.modelTable(c.db)
+	if err != nil {
+		return err
+	}
+	if err := q.checkShape(c.db); err != nil {
+		return err
+	}
+	if err := q.useTraceColumn(table); err != nil {
+		return err
+	}
+	q.hooks = newHooks(c.cfg.Hooks, q.given.hooks())
+	q.client = c
+	q.cfg = q.given.withDefaults(c.cfg)
+	q.table = table
+	q.prepares = c.stmts != nil && preparable(table.Type, table)
+	q.cool = cooldown.New(q.cfg.Cooldown, max(q.cfg.Cooldown, CooldownMax), CooldownLimit)
+	q.wake = make(chan struct{}, 1)
+	return nil
+}
+
+// checkDeclared checks what NewQueue was given, and that the queue is
+// not added to a client already.
+func (q *Queue[T]) checkDeclared() error {
 	switch {
 	case q.name == "":
 		return errors.New("bunqueue: NewQueue: the queue name must not be empty")
@@ -177,68 +224,75 @@ func (q *Queue[T]) attach(c *Client) error {
 	case q.client != nil:
 		return fmt.Errorf("bunqueue: queue %q is already added to a Client", q.name)
 	}
-	if err := q.given.validate(q.name); err != nil {
-		return err
-	}
+	return q.given.validate(q.name)
+}
+
+// modelTable returns bun's table of the model T, which must be a struct
+// with a primary key.
+func (q *Queue[T]) modelTable(db *bun.DB) (*schema.Table, error) {
 	typ := reflect.TypeFor[T]()
 	if typ.Kind() != reflect.Struct {
-		return fmt.Errorf("bunqueue: queue %q: the model must be a struct type, got %s", q.name, typ)
+		return nil, fmt.Errorf("bunqueue: queue %q: the model must be a struct type, got %s", q.name, typ)
 	}
-	table := c.db.Table(typ)
+	table := db.Table(typ)
 	if len(table.PKs) == 0 {
-		return fmt.Errorf("bunqueue: queue %q: model %s has no primary key; mark its key field with `bun:\",pk\"`", q.name, typ)
+		return nil, fmt.Errorf("bunqueue: queue %q: model %s has no primary key; mark its key field with `bun:\",pk\"`", q.name, typ)
 	}
-	if col := q.given.traceColumn(); col != "" {
-		f, ok := table.FieldMap[col]
-		if !ok {
-			return fmt.Errorf("bunqueue: queue %q: QueueConfig.TraceColumn %q is not a column of model %s", q.name, col, typ)
-		}
-		switch f.IndirectType.Kind() {
-		case reflect.String:
-		default:
-			return fmt.Errorf("bunqueue: queue %q: QueueConfig.TraceColumn %q must be a string or *string field, not %s", q.name, col, f.IndirectType)
-		}
-		if q.creator == nil {
-			q.creator = func(item *T) context.Context {
-				v := f.Value(reflect.ValueOf(item).Elem())
-				if v.Kind() == reflect.Pointer {
-					if v.IsNil() {
-						return context.Background()
-					}
-					v = v.Elem()
+	return table, nil
+}
+
+// useTraceColumn makes the traceparent in QueueConfig.TraceColumn, if it
+// names one, the creation context of each item, unless the queue has its
+// own (the jobs queues read theirs from the job). The column must be a
+// string or *string field of the model.
+func (q *Queue[T]) useTraceColumn(table *schema.Table) error {
+	col := q.given.traceColumn()
+	if col == "" {
+		return nil
+	}
+	f, ok := table.FieldMap[col]
+	if !ok {
+		return fmt.Errorf("bunqueue: queue %q: QueueConfig.TraceColumn %q is not a column of model %s", q.name, col, table.Type)
+	}
+	if f.IndirectType.Kind() != reflect.String {
+		return fmt.Errorf("bunqueue: queue %q: QueueConfig.TraceColumn %q must be a string or *string field, not %s", q.name, col, f.IndirectType)
+	}
+	if q.creator == nil {
+		q.creator = func(item *T) context.Context {
+			v := f.Value(reflect.ValueOf(item).Elem())
+			if v.Kind() == reflect.Pointer {
+				if v.IsNil() {
+					return context.Background()
 				}
-				return extractTraceParent(v.String())
+				v = v.Elem()
 			}
+			return extractTraceParent(v.String())
 		}
 	}
-	h, err := newHooks(fmt.Sprintf("queue %q: QueueConfig.Hooks", q.name), c.cfg.Hooks, q.given.hooks())
-	if err != nil {
-		return err
-	}
-	q.hooks = h
-	q.client = c
-	q.cfg = q.given.withDefaults(c.cfg)
-	q.table = table
-	q.prepares = c.stmts != nil && preparable(typ, table)
-	q.cool = cooldown.New(q.cfg.Cooldown, max(q.cfg.Cooldown, CooldownMax), CooldownLimit)
-	q.wake = make(chan struct{}, 1)
 	return nil
 }
 
+// runner returns the queue as the client runs it: its settings, with
+// the queue as its engine.
 func (q *Queue[T]) runner() *runner {
+	var checkQuery func(ctx context.Context) error
+	if q.headIndex == "" {
+		checkQuery = q.checkQuery // not the jobs queues': Start checks their tables
+	}
 	return &runner{
-		name:      q.name,
-		table:     q.table,
-		workers:   q.cfg.Workers,
-		batch:     q.cfg.BatchSize,
-		selfSized: q.cfg.selfSized,
-		poll:      q.cfg.PollInterval,
-		wake:      q.wake,
-		fetch:     q.candidates,
-		byPrimary: &q.byPrimary,
-		run:       q.runBatch,
-		depth:     q.Count,
-		explain:   q.planRead,
+		name:  q.name,
+		table: q.table,
+		runSettings: runSettings{
+			workers:   q.cfg.Workers,
+			batch:     q.cfg.BatchSize,
+			selfSized: q.cfg.selfSized,
+			poll:      q.cfg.PollInterval,
+			timeout:   q.cfg.Timeout,
+		},
+		wake:        q.wake,
+		byPrimary:   &q.byPrimary,
+		checkQuery:  checkQuery,
+		queueEngine: q,
 	}
 }
 
@@ -271,7 +325,7 @@ func (q *Queue[T]) excludeCooling(sel *bun.SelectQuery, now time.Time) *bun.Sele
 	if len(keys) == 0 {
 		return sel
 	}
-	cs := make([]candidate, len(keys))
+	cs := make([]feedKey, len(keys))
 	for i, k := range keys {
 		cs[i].vals = k
 	}
@@ -318,33 +372,40 @@ func (q *Queue[T]) workInfo(item *T) *WorkInfo {
 	return &WorkInfo{Queue: q.name, Key: id}
 }
 
-// candidates reads on db, with a plain read that locks nothing, the keys
+// fetch reads on db, with a plain read that locks nothing, the keys
 // of up to limit rows that match the queue's query, in its order, leaving out
 // the rows this process is cooling down.
-func (q *Queue[T]) candidates(ctx context.Context, db bun.IDB, limit int) ([]candidate, error) {
+func (q *Queue[T]) fetch(ctx context.Context, db bun.IDB, limit int) ([]feedKey, error) {
 	rows := make([]T, 0, limit)
-	sel := q.query(db.NewSelect().Model(&rows).Comment(readComment(q.name))).Column(q.pkNames()...).Limit(int64(limit))
-	if err := q.excludeCooling(sel, time.Now()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	sel := q.waiting(db, &rows).Comment(readComment(q.name)).Column(q.pkNames()...).Limit(int64(limit))
+	if err := sel.Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("bunqueue: queue %q: read waiting rows: %w", q.name, err)
 	}
-	keys := make([]candidate, len(rows))
+	keys := make([]feedKey, len(rows))
 	for i := range rows {
 		keys[i].vals, keys[i].id = q.key(&rows[i])
 	}
 	return keys, nil
 }
 
+// waiting returns the queue's read of its waiting rows into model on db,
+// without the rows this process is cooling down: the feed's read, and the
+// idle watcher's probe, at the head of the queue's index.
+func (q *Queue[T]) waiting(db bun.IDB, model any) *bun.SelectQuery {
+	return q.excludeCooling(q.apply(q.atHead(db.NewSelect().Model(model))), time.Now())
+}
+
 // onlyKeys restricts a claim to the rows of keys.
-func (q *Queue[T]) onlyKeys(sel *bun.SelectQuery, keys []candidate) *bun.SelectQuery {
+func (q *Queue[T]) onlyKeys(sel *bun.SelectQuery, keys []feedKey) *bun.SelectQuery {
 	return q.whereKeys(sel, "IN", keys)
 }
 
 // exceptKeys leaves the rows of keys out of a claim.
-func (q *Queue[T]) exceptKeys(sel *bun.SelectQuery, keys []candidate) *bun.SelectQuery {
+func (q *Queue[T]) exceptKeys(sel *bun.SelectQuery, keys []feedKey) *bun.SelectQuery {
 	return q.whereKeys(sel, "NOT IN", keys)
 }
 
-func (q *Queue[T]) whereKeys(sel *bun.SelectQuery, op string, keys []candidate) *bun.SelectQuery {
+func (q *Queue[T]) whereKeys(sel *bun.SelectQuery, op string, keys []feedKey) *bun.SelectQuery {
 	if len(q.table.PKs) == 1 {
 		flat := make([]any, len(keys))
 		for i, k := range keys {

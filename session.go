@@ -13,27 +13,45 @@ import (
 )
 
 // A session is a worker's own connection while it has work. Its
-// transactions default to READ COMMITTED, set once for the session, so
-// that beginning one is one round trip (START TRANSACTION) instead of two
-// (SET TRANSACTION, then START TRANSACTION): one of the five or six round
-// trips of a one-row transaction. The connection is never handed back to
-// the pool with that setting: a session ends by discarding it.
+// transactions are READ COMMITTED, set in each BEGIN where the server can
+// (Dialect.TxOptions, PostgreSQL), or once for the session where it
+// cannot (Dialect.SessionSetup, MySQL, whose START TRANSACTION cannot
+// carry the level): beginning one is then one round trip instead of two.
+// The connection is never handed back to the pool with that setting: a
+// session ends by discarding it. Nothing else is kept on the server
+// session, which a pooler in transaction mode may change from one
+// transaction to the next: the server session of a transaction is read
+// inside it (Queue.sessionID), into tx.
 type session struct {
 	db      *bun.DB
 	dialect sqldialect.Dialect
-	conn    *bun.Conn // nil: none yet, or discarded
-	id      int64     // the server's id of conn's session
-	used    time.Time // when it last began a transaction
+	conn    *bun.Conn            // nil: none yet, or discarded
+	tx      sqldialect.TxSession // the server session of the current transaction, where read
+	release context.CancelFunc   // releases the current transaction's context
+	used    time.Time            // when it last began a transaction
 }
+
+// rollbackGrace is how long a worker's transaction outlives the cancel of
+// the worker's context (Stop's, when its own context ends), for its
+// ROLLBACK to run on the server.
+const rollbackGrace = 5 * time.Second
 
 // begin begins a READ COMMITTED transaction on the session's connection,
 // taking one from the pool first if it has none. With s nil it begins one
 // on the pool.
+//
+// The transaction's context ends rollbackGrace after ctx does, not at
+// once. When Stop cancels a batch whose handler is not in a statement,
+// the ROLLBACK then runs, and the batch's locks are gone when the worker
+// returns; the driver would otherwise close the connection without one,
+// and the server notice later. Statements run under the handler's context
+// and stop at once.
 func (s *session) begin(ctx context.Context, db *bun.DB) (bun.Tx, error) {
 	if s == nil {
 		return db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	}
 	s.used = time.Now()
+	s.tx = sqldialect.TxSession{}
 	if s.conn == nil {
 		conn, err := s.db.Conn(ctx)
 		if err != nil {
@@ -45,18 +63,32 @@ func (s *session) begin(ctx context.Context, db *bun.DB) (bun.Tx, error) {
 				return bun.Tx{}, fmt.Errorf("set the session's isolation level: %w", err)
 			}
 		}
-		id, err := s.dialect.SessionID(ctx, conn)
-		if err != nil {
-			discard(&conn)
-			return bun.Tx{}, fmt.Errorf("read the session id: %w", err)
-		}
-		s.conn, s.id = &conn, id
+		s.conn = &conn
 	}
-	tx, err := s.conn.BeginTx(ctx, nil)
+	s.releaseTx()
+	var txCtx context.Context
+	txCtx, s.release = graceAfter(ctx, rollbackGrace)
+	tx, err := s.conn.BeginTx(txCtx, s.dialect.TxOptions())
 	if err != nil {
 		s.end()
 	}
 	return tx, err
+}
+
+// graceAfter returns a context with ctx's values that ends grace after
+// ctx does, and what releases it.
+func graceAfter(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
+	gctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
+	return gctx, func() { stop(); cancel() }
+}
+
+// releaseTx releases the context of the session's last transaction.
+func (s *session) releaseTx() {
+	if s.release != nil {
+		s.release()
+		s.release = nil
+	}
 }
 
 // failed ends the session after a transaction that did not commit: its
@@ -69,9 +101,10 @@ func (s *session) failed(err error) {
 
 // end closes the session's connection, out of the pool.
 func (s *session) end() {
+	s.releaseTx()
 	if s.conn != nil {
 		discard(s.conn)
-		s.conn, s.id = nil, 0
+		s.conn, s.tx = nil, sqldialect.TxSession{}
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/bunqueue/bunqueue/internal/jobsql"
 )
 
 // QueueKind tells a queue over one of the app's tables from a queue of
@@ -55,6 +57,9 @@ type QueueStats struct {
 	// counts too, a snoozed job does not), over the same windows.
 	FailedLastMinute int64 `json:"failed_last_minute"`
 	FailedLastHour   int64 `json:"failed_last_hour"`
+	// Paused says whether the queue is paused (PauseQueue), for every
+	// process: the database's flag, read by Stats.
+	Paused bool `json:"paused"`
 }
 
 // Stats returns a snapshot of the client's queues: first the queues over
@@ -88,22 +93,31 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 		}
 		slices.Sort(names)
 		for _, name := range names {
-			sources = append(sources, source{QueueStats{Name: name, Kind: QueueKindJobs, Table: "bunqueue_jobs",
+			sources = append(sources, source{QueueStats{Name: name, Kind: QueueKindJobs, Table: jobsql.Jobs,
 				Workers: c.cfg.JobQueues[name].Workers}, c.jobDepth(name)})
 		}
 	}
 
 	out := make([]QueueStats, len(sources))
 	var errs []error
+	names, _, err := c.readPaused(ctx)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("bunqueue: read the paused queues: %w", err))
+	}
+	paused := map[string]bool{}
+	for _, name := range names {
+		paused[name] = true
+	}
 	now := time.Now()
 	for i, s := range sources {
 		st := s.stats
 		n, err := s.depth(ctx, QueueDepthLimit)
 		if err != nil {
 			n = -1
-			errs = append(errs, fmt.Errorf("bunqueue: stats of queue %q: %w", st.Name, err))
+			errs = append(errs, err) // it names the queue: "bunqueue: queue \"q\": count: …"
 		}
 		st.Depth = n
+		st.Paused = paused[st.Name]
 		c.counts.read(&st, now)
 		out[i] = st
 	}

@@ -29,10 +29,11 @@ func (e *lostTxError) Error() string {
 
 func (e *lostTxError) Unwrap() error { return e.err }
 
-// call runs a handler call, fn, with the queue's Timeout on its context.
+// callUnderTimeout runs a handler call, fn, with the queue's Timeout on its
+// context.
 // When the call fails after its context ended, it checks that tx still
 // answers, and returns a *lostTxError if it does not.
-func (q *Queue[T]) call(ctx context.Context, tx bun.Tx, fn func(ctx context.Context) error) error {
+func (q *Queue[T]) callUnderTimeout(ctx context.Context, tx bun.Tx, fn func(ctx context.Context) error) error {
 	hctx, cancel := ctx, context.CancelFunc(func() {})
 	if q.cfg.Timeout > 0 { // no context per item without one
 		hctx, cancel = context.WithTimeout(ctx, q.cfg.Timeout)
@@ -64,22 +65,21 @@ func (q *Queue[T]) call(ctx context.Context, tx bun.Tx, fn func(ctx context.Cont
 	return err
 }
 
-// endLost cools down items, whose claim transaction was lost to a
-// handler's timeout (see lostTxError), in this process, then ends the
-// server session that held them, so that a statement still running there
-// lets go of their locks. The cooldown keeps this process's other workers
+// endLost cools down the rows of keys, whose claim transaction was lost to
+// a handler's timeout (see lostTxError), in this process, then ends the
+// server session that held them, if it still runs their transaction, so
+// that a statement still running there lets go of their locks. The cooldown keeps this process's other workers
 // from taking the rows before their failures are recorded. It returns
-// each item's cooldown.
-func (q *Queue[T]) endLost(ctx context.Context, sessionID int64, items []T) []time.Duration {
+// each row's cooldown.
+func (q *Queue[T]) endLost(ctx context.Context, session sqldialect.TxSession, keys []feedKey) []time.Duration {
 	c := q.client
 	now := time.Now()
-	cooldowns := make([]time.Duration, len(items))
-	for i := range items {
-		key, id := q.key(&items[i])
-		cooldowns[i] = q.cool.Add(id, key, now)
+	cooldowns := make([]time.Duration, len(keys))
+	for i, k := range keys {
+		cooldowns[i] = q.cool.Add(k.id, k.vals, now)
 	}
 	log := c.cfg.Logger.With("queue", q.name)
-	if sessionID == 0 {
+	if !session.Known() {
 		if c.dialect.SkipLocked() != "" { // the server has row locks
 			log.WarnContext(ctx, "bunqueue: a handler timed out in a statement; its session is not known, so it could not be ended, and holds its rows until the statement ends")
 		}
@@ -87,8 +87,8 @@ func (q *Queue[T]) endLost(ctx context.Context, sessionID int64, items []T) []ti
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	if err := c.dialect.EndSession(fctx, c.db, sessionID); err != nil {
-		log.WarnContext(ctx, "bunqueue: end the session of a timed-out handler", "session", sessionID, "error", err)
+	if err := c.dialect.EndTxSession(fctx, c.db, session); err != nil {
+		log.WarnContext(ctx, "bunqueue: end the session of a timed-out handler", "session", session.ID, "error", err)
 	}
 	return cooldowns
 }
@@ -98,8 +98,8 @@ func (q *Queue[T]) endLost(ctx context.Context, sessionID int64, items []T) []ti
 // OnError in a transaction of its own, if the row still matches the query
 // and no other worker holds it. Rows whose failure is not recorded cool
 // down in this process. It returns an *ItemError per item.
-func (q *Queue[T]) failLost(ctx context.Context, sessionID int64, items []T, cause error) []error {
-	cooldowns := q.endLost(ctx, sessionID, items)
+func (q *Queue[T]) failLost(ctx context.Context, session sqldialect.TxSession, items []T, cause error) []error {
+	cooldowns := q.endLost(ctx, session, q.keys(items))
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
 	errs := make([]error, len(items))
@@ -107,7 +107,7 @@ func (q *Queue[T]) failLost(ctx context.Context, sessionID int64, items []T, cau
 		key, id := q.key(&items[i])
 		ie := &ItemError{Queue: q.name, Key: id, Err: cause, Cooldown: cooldowns[i]}
 		if q.cfg.OnError != nil {
-			recorded, err := q.recordApart(fctx, candidate{vals: key, id: id}, cause)
+			recorded, err := q.recordApart(fctx, feedKey{vals: key, id: id}, cause)
 			if err != nil {
 				ie.Err = fmt.Errorf("%w; recording the failure apart failed: %w", cause, err)
 			}
@@ -126,10 +126,10 @@ func (q *Queue[T]) failLost(ctx context.Context, sessionID int64, items []T, cau
 // transaction of its own. It reports whether OnError's writes committed
 // and took the row out of the queue.
 //
-// The ended session lets go of its locks a moment after EndSession
+// The ended session lets go of its locks a moment after EndTxSession
 // returns, once its statement notices: a row still locked is tried again
 // for up to recordWait, then taken to be another worker's.
-func (q *Queue[T]) recordApart(ctx context.Context, key candidate, cause error) (bool, error) {
+func (q *Queue[T]) recordApart(ctx context.Context, key feedKey, cause error) (bool, error) {
 	c := q.client
 	done := false
 	began := time.Now()
@@ -138,7 +138,7 @@ func (q *Queue[T]) recordApart(ctx context.Context, key candidate, cause error) 
 		return c.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) error {
 			rows := make([]T, 0, 1)
 			for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
-				sel := q.onlyKeys(q.query(tx.NewSelect().Model(&rows)), []candidate{key}).Limit(1)
+				sel := q.onlyKeys(q.apply(tx.NewSelect().Model(&rows)), []feedKey{key}).Limit(1)
 				if err := sqldialect.Locking(sel, c.dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
 					return err
 				}
@@ -146,7 +146,7 @@ func (q *Queue[T]) recordApart(ctx context.Context, key candidate, cause error) 
 					break
 				}
 				// Locked, or out of the queue: a plain read tells which.
-				n, err := q.onlyKeys(q.query(tx.NewSelect().Model((*T)(nil))), []candidate{key}).Count(ctx)
+				n, err := q.onlyKeys(q.apply(tx.NewSelect().Model((*T)(nil))), []feedKey{key}).Count(ctx)
 				if err != nil {
 					return err
 				}
@@ -157,10 +157,10 @@ func (q *Queue[T]) recordApart(ctx context.Context, key candidate, cause error) 
 			if len(rows) == 0 {
 				return nil // done by another worker, or held by one
 			}
-			if err := callHandler(func() error { return q.cfg.OnError(ctx, tx, &rows[0], cause) }); err != nil {
+			if err := callApp(func() error { return q.cfg.OnError(ctx, tx, &rows[0], cause) }); err != nil {
 				return fmt.Errorf("OnError: %w", err)
 			}
-			still, err := q.stillQueued(ctx, tx, false, rows, []outcome{recorded})
+			still, err := q.stillQueued(ctx, tx, false, rows, []feedKey{key}, []outcome{recorded})
 			if err != nil {
 				return err
 			}
@@ -171,19 +171,23 @@ func (q *Queue[T]) recordApart(ctx context.Context, key candidate, cause error) 
 	return done, err
 }
 
-// sessionID returns the server's id of the session that runs tx, for
-// failLost: the session's, known from its start; without a session, asked
-// for in tx, but only when the queue has a Timeout.
-func (q *Queue[T]) sessionID(ctx context.Context, s *session, tx bun.Tx) (int64, error) {
-	switch {
-	case s != nil:
-		return s.id, nil
-	case q.cfg.Timeout == 0:
-		return 0, nil
+// sessionID returns the server session that runs tx, read in tx, for
+// failLost, and for Stop to end it (Client.endSession): only when the
+// queue has a Timeout, as it costs a round trip per transaction. It is
+// read in every transaction, not once per connection, because a pooler
+// in transaction mode runs each transaction of a connection on whichever
+// server session is free: an id read once would name a session that
+// another client (another application's transaction) may be using.
+func (q *Queue[T]) sessionID(ctx context.Context, s *session, tx bun.Tx) (sqldialect.TxSession, error) {
+	if q.cfg.Timeout == 0 {
+		return sqldialect.TxSession{}, nil
 	}
-	id, err := q.client.dialect.SessionID(ctx, tx)
+	id, err := q.client.dialect.TxSession(ctx, tx)
 	if err != nil {
-		return 0, fmt.Errorf("read the session id: %w", err)
+		return sqldialect.TxSession{}, fmt.Errorf("read the session id: %w", err)
+	}
+	if s != nil {
+		s.tx = id
 	}
 	return id, nil
 }

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -337,8 +338,10 @@ func TraceParent(ctx context.Context) string {
 	return carrier.Get("traceparent")
 }
 
-// startSend starts the PRODUCER span of an Enqueue or EnqueueMany call.
-func (t *telemetry) startSend(ctx context.Context, jobs []EnqueueParams) (context.Context, trace.Span) {
+// startSend starts the PRODUCER span of an Enqueue or EnqueueMany call
+// through db. Through a bun.Tx, the span may end with the transaction:
+// see pendingSend.
+func (t *telemetry) startSend(ctx context.Context, db bun.IDB, jobs []EnqueueParams) (context.Context, trace.Span) {
 	queue := ""
 	for i, p := range jobs {
 		q := QueueDefault
@@ -366,16 +369,38 @@ func (t *telemetry) startSend(ctx context.Context, jobs []EnqueueParams) (contex
 	} else if jobs[0].Args != nil {
 		attrs = append(attrs, AttrKind.String(jobs[0].Args.Kind()))
 	}
-	return t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	switch db.(type) {
+	case bun.Tx, *bun.Tx:
+		ctx = context.WithValue(ctx, sendKey{}, &pendingSend{})
+	}
+	return ctx, span
 }
 
-// endSend ends a send span and counts the jobs sent.
+// endSend ends a send span and counts the jobs sent. A send that the query
+// hook tied to its transaction ends when the transaction does (wakehook.go).
 func (t *telemetry) endSend(ctx context.Context, span trace.Span, jobs []EnqueueParams, duplicate bool, err error) {
-	if err != nil {
+	if err == nil && holdSend(ctx, func(end sendEnd) { t.finishSend(ctx, span, jobs, duplicate, end) }) {
+		return
+	}
+	t.finishSend(ctx, span, jobs, duplicate, sendEnd{err: err})
+}
+
+// errorTypeRolledBack is the error.type of a send whose transaction
+// rolled back.
+const errorTypeRolledBack = "rolled_back"
+
+// finishSend ends a send span as end says.
+func (t *telemetry) finishSend(ctx context.Context, span trace.Span, jobs []EnqueueParams, duplicate bool, end sendEnd) {
+	switch err := end.err; {
+	case end.rolledBack:
+		span.SetAttributes(semconv.ErrorTypeKey.String(errorTypeRolledBack))
+		span.SetStatus(codes.Error, "the transaction rolled back: the job was never enqueued")
+	case err != nil:
 		span.SetAttributes(semconv.ErrorTypeKey.String(errorType(err)))
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
-	} else {
+	default:
 		if duplicate {
 			span.SetAttributes(attribute.Bool("bunqueue.job.duplicate", true))
 		}
@@ -400,10 +425,14 @@ func (t *telemetry) observeDepth(runners []*runner, log *slog.Logger) (metric.Re
 	}
 	return t.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		for _, r := range runners {
-			if r.depth == nil {
+			if r.queueEngine == nil {
 				continue
 			}
-			n, err := r.depth(ctx, QueueDepthLimit)
+			var n int
+			err := contain(func() (err error) { // the count runs the queue's query function
+				n, err = r.depth(ctx, QueueDepthLimit)
+				return err
+			})
 			if err != nil {
 				log.DebugContext(ctx, "bunqueue: queue depth", "queue", r.name, "error", err)
 				continue

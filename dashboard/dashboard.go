@@ -13,8 +13,8 @@
 //
 // The handler has no authentication of its own: put the app's in front
 // of it. With Options.AllowActions, each failed job gets Retry and Delete
-// buttons (POST requests that need the page's CSRF token); they are off
-// by default.
+// buttons, and each queue Pause or Resume (POST requests that need the
+// page's CSRF token); they are off by default.
 //
 // Everything shown is escaped: payloads and errors are untrusted. The
 // page loads nothing from other hosts, and its Content-Security-Policy
@@ -44,8 +44,8 @@ const (
 // Options configure the dashboard. A nil *Options, and its zero value,
 // mean defaults.
 type Options struct {
-	// AllowActions shows Retry and Delete buttons on failed jobs and
-	// accepts them: POST requests that carry the page's CSRF token
+	// AllowActions shows Retry and Delete buttons on failed jobs, and
+	// Pause or Resume on each of the client's queues, and accepts them: POST requests that carry the page's CSRF token
 	// (a signed token, in a SameSite=Strict cookie and in the form, that
 	// must match) and that the browser does not mark as cross-origin.
 	// Defaults to false: the dashboard only reads.
@@ -147,7 +147,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.get(w, r, h.fragment)
 	case path == "/data.json":
 		h.get(w, r, h.json)
-	case path == "/retry" || path == "/delete":
+	case path == "/retry" || path == "/delete" || path == "/pause" || path == "/resume":
 		h.action(w, r, path[1:])
 	case len(path) > len("/assets/") && path[:len("/assets/")] == "/assets/":
 		h.get(w, r, h.assets.ServeHTTP)

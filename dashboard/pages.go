@@ -23,6 +23,10 @@ type view struct {
 	CSRF      string
 	Notice    string
 	Query     string // the filter as a query string, for the refresh
+	// JSON is the href of the page's data.json link, with the filter: a
+	// template.URL, so that html/template does not escape the query
+	// string, which url.Values.Encode has escaped already, a second time.
+	JSON template.URL
 }
 
 var funcs = template.FuncMap{
@@ -91,6 +95,10 @@ func (h *handler) view(w http.ResponseWriter, r *http.Request) *view {
 		q.Set("before", strconv.FormatInt(d.Filter.BeforeID, 10))
 	}
 	v.Query = q.Encode()
+	v.JSON = "data.json"
+	if v.Query != "" {
+		v.JSON += template.URL("?" + v.Query)
+	}
 	return v
 }
 
@@ -98,6 +106,12 @@ func (h *handler) view(w http.ResponseWriter, r *http.Request) *view {
 // without the page's script (and was redirected back): only numbers come
 // from the query, the words are the dashboard's.
 func notice(q url.Values) string {
+	switch q.Get("done") {
+	case "pause":
+		return "The queue is paused, for every process: those that run it start no more of its rows within a poll interval."
+	case "resume":
+		return "The queue is resumed, for every process."
+	}
 	id, err := strconv.ParseInt(q.Get("id"), 10, 64)
 	if err != nil {
 		return ""
@@ -154,7 +168,8 @@ type ActionResult struct {
 	Error    string `json:"error,omitempty"`
 }
 
-// action runs POST retry or delete on the failed job of the form's id.
+// action runs POST retry or delete on the failed job of the form's id,
+// or pause or resume on the queue of the form's name.
 func (h *handler) action(w http.ResponseWriter, r *http.Request, what string) {
 	wantsJSON := strings.Contains(r.Header.Get("Accept"), "application/json")
 	refuse := func(status int, msg string) {
@@ -182,6 +197,10 @@ func (h *handler) action(w http.ResponseWriter, r *http.Request, what string) {
 	r.Body = http.MaxBytesReader(w, r.Body, 4096)
 	if !h.checkCSRF(r) {
 		refuse(http.StatusForbidden, "missing or invalid CSRF token: reload the page and try again")
+		return
+	}
+	if what == "pause" || what == "resume" {
+		h.queueAction(w, r, what, wantsJSON, refuse)
 		return
 	}
 	id, err := strconv.ParseInt(r.PostFormValue("id"), 10, 64)
@@ -222,4 +241,53 @@ func (h *handler) action(w http.ResponseWriter, r *http.Request, what string) {
 	// would resolve it against the path left by http.StripPrefix.
 	w.Header().Set("Location", "./?"+back.Encode())
 	w.WriteHeader(http.StatusSeeOther)
+}
+
+// QueueResult is the JSON answer to POST pause or resume, for a request
+// that accepts application/json.
+type QueueResult struct {
+	OK     bool   `json:"ok"`
+	Queue  string `json:"queue"`
+	Paused bool   `json:"paused"`
+	Error  string `json:"error,omitempty"`
+}
+
+// queueAction pauses or resumes the client's queue of the form's name,
+// for every process.
+func (h *handler) queueAction(w http.ResponseWriter, r *http.Request, what string, wantsJSON bool, refuse func(int, string)) {
+	name := r.PostFormValue("name")
+	if !h.hasQueue(r, name) {
+		refuse(http.StatusBadRequest, "the form's name is not one of this client's queues")
+		return
+	}
+	var err error
+	if what == "pause" {
+		err = h.client.PauseQueue(r.Context(), name)
+	} else {
+		err = h.client.ResumeQueue(r.Context(), name)
+	}
+	if err != nil {
+		refuse(http.StatusInternalServerError, err.Error())
+		return
+	}
+	h.mu.Lock()
+	h.when = time.Time{} // the next page shows the change
+	h.mu.Unlock()
+	if wantsJSON {
+		writeJSON(w, http.StatusOK, QueueResult{OK: true, Queue: name, Paused: what == "pause"})
+		return
+	}
+	w.Header().Set("Location", "./?"+url.Values{"done": {what}}.Encode())
+	w.WriteHeader(http.StatusSeeOther)
+}
+
+// hasQueue reports whether name is one of the client's queues.
+func (h *handler) hasQueue(r *http.Request, name string) bool {
+	stats, _ := h.stats(r) // names are there even when a depth failed
+	for _, st := range stats {
+		if st.Name == name {
+			return true
+		}
+	}
+	return false
 }

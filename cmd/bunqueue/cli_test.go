@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -16,7 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bunqueue/bunqueue"
-	"github.com/bunqueue/bunqueue/internal/dbtest"
+	"github.com/bunqueue/bunqueue/internal/migrate"
+	"github.com/bunqueue/bunqueue/tests/dbtest"
 )
 
 // cliArgsA and cliArgsB are two kinds of job for the CLI tests.
@@ -64,7 +66,7 @@ func TestCLI(t *testing.T) {
 	t.Run("help lists the commands and exit codes", func(t *testing.T) {
 		stdout, _, code := runBinary(t, bin, "help")
 		require.Equal(t, exitOK, code)
-		for _, c := range []string{"migrate", "stats", "failed", "bench", "Exit codes", "BUNQUEUE_MYSQL_DSN"} {
+		for _, c := range []string{"migrate", "stats", "failed", "Exit codes", "BUNQUEUE_MYSQL_DSN"} {
 			require.Contains(t, stdout, c)
 		}
 		stdout, _, code = runBinary(t, bin, "failed", "--help")
@@ -116,12 +118,12 @@ func TestCLI(t *testing.T) {
 
 		stdout, stderr, code := runBinary(t, bin, "migrate", "--dsn", dsn)
 		require.Equal(t, exitOK, code, stderr)
-		require.Contains(t, stdout, "from schema version 0 to 1")
+		require.Contains(t, stdout, fmt.Sprintf("from schema version 0 to %d", migrate.Latest()))
 		stdout, stderr, code = runBinary(t, bin, "migrate", "--dsn", dsn, "--json")
 		require.Equal(t, exitOK, code, stderr)
 		var rep migrateReport
 		require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
-		require.Equal(t, migrateReport{Database: rep.Database, Before: 1, Version: 1}, rep)
+		require.Equal(t, migrateReport{Database: rep.Database, Before: migrate.Latest(), Version: migrate.Latest()}, rep)
 
 		stdout, stderr, code = runBinary(t, bin, "stats", "--dsn", dsn)
 		require.Equal(t, exitOK, code, stderr)
@@ -280,5 +282,38 @@ func TestCLI(t *testing.T) {
 		require.Zero(t, left)
 		stdout, _, _ = runBinary(t, bin, "stats", "--dsn", dsn, "--queue", queue)
 		require.True(t, strings.Contains(stdout, queue), stdout)
+	})
+
+	t.Run("queue pause, list and resume", func(t *testing.T) {
+		dsn := dbtest.DSN()
+		queue := dbtest.Name("cli_pause")
+		t.Cleanup(func() {
+			_, _ = db.NewRaw("DELETE FROM bunqueue_queues WHERE name = ?", queue).Exec(context.Background())
+		})
+		_, stderr, code := runBinary(t, bin, "migrate", "--dsn", dsn)
+		require.Equal(t, exitOK, code, stderr)
+		stdout, stderr, code := runBinary(t, bin, "queue", "pause", "--dsn", dsn, queue)
+		require.Equal(t, exitOK, code, stderr)
+		require.Equal(t, "queue "+queue+" paused\n", stdout)
+		stdout, stderr, code = runBinary(t, bin, "queue", "list", "--dsn", dsn, "--json")
+		require.Equal(t, exitOK, code, stderr)
+		var list map[string][]queueResult
+		require.NoError(t, json.Unmarshal([]byte(stdout), &list), stdout)
+		require.Contains(t, list["paused"], queueResult{Queue: queue, Paused: true})
+		stdout, stderr, code = runBinary(t, bin, "queue", "resume", "--dsn", dsn, "--json", queue)
+		require.Equal(t, exitOK, code, stderr)
+		require.JSONEq(t, `{"queue": "`+queue+`", "paused": false}`, stdout)
+		stdout, _, _ = runBinary(t, bin, "queue", "list", "--dsn", dsn)
+		require.NotContains(t, stdout, queue)
+
+		_, stderr, code = runBinary(t, bin, "queue", "pause", "--dsn", dsn)
+		require.Equal(t, exitUsage, code)
+		require.Contains(t, stderr, "give one queue name")
+		_, stderr, code = runBinary(t, bin, "queue", "pause", "--dsn", dsn, strings.Repeat("q", 129))
+		require.Equal(t, exitError, code)
+		require.Contains(t, stderr, "the queue name must have 1 to 128 bytes")
+		_, stderr, code = runBinary(t, bin, "queue", "stop", "--dsn", dsn, queue)
+		require.Equal(t, exitUsage, code)
+		require.Contains(t, stderr, `unknown subcommand "stop"`)
 	})
 }

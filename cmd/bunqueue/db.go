@@ -177,14 +177,53 @@ func connectFailure(err error) string {
 func (d *database) close() { _ = d.db.Close() }
 
 // explain turns an error of a query on the jobs tables into one a person
-// can act on: a missing table means the tool should migrate first.
+// can act on: a missing table means the tool should migrate first. It
+// says so once, with the server's own error, not the library's message
+// (bunqueue.ErrNotMigrated says to migrate too) nested in the tool's.
 func (d *database) explain(err error) error {
 	if errors.Is(err, bunqueue.ErrNotMigrated) || d.dialect != nil && d.dialect.MissingTable(err) {
-		return fmt.Errorf("the jobs tables are missing in %s: run `bunqueue migrate` (with the same --dsn) "+
-			"to create them (%w)", d.where, err)
+		return &explained{err: err, msg: fmt.Sprintf("the jobs tables are missing in %s: run `bunqueue migrate` (with the same --dsn) "+
+			"to create them (%v)", d.where, d.missingTable(err))}
 	}
 	return err
 }
+
+// missingTable returns the error in err's tree that says a table does not
+// exist: the server's own, the first such error that wraps no other. It
+// returns err if there is none.
+func (d *database) missingTable(err error) error {
+	var walk func(e error) error
+	walk = func(e error) error {
+		switch u := e.(type) {
+		case interface{ Unwrap() error }:
+			return walk(u.Unwrap())
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if found := walk(e); found != nil {
+					return found
+				}
+			}
+			return nil
+		}
+		if e != nil && d.dialect != nil && d.dialect.MissingTable(e) {
+			return e
+		}
+		return nil
+	}
+	if found := walk(err); found != nil {
+		return found
+	}
+	return err
+}
+
+// explained is an error with the message explain gave it.
+type explained struct {
+	err error
+	msg string
+}
+
+func (e *explained) Error() string { return e.msg }
+func (e *explained) Unwrap() error { return e.err }
 
 // fail prints err for the command name and returns exitError.
 func fail(stderr io.Writer, name string, err error) int {

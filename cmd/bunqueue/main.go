@@ -6,22 +6,25 @@
 //
 // Commands:
 //
-//	migrate  create or upgrade the jobs tables (bunqueue_jobs, bunqueue_failed_jobs)
+//	migrate  create or upgrade bunqueue's tables (bunqueue_jobs, bunqueue_failed_jobs, bunqueue_queues)
 //	stats    count the jobs of the jobs table per queue and kind: waiting, scheduled, failed
 //	failed   list, show, retry or delete failed jobs
-//	bench    measure throughput and latency against a MySQL 8 / MariaDB server
+//	queue    list, pause or resume queues, for every process
 //	help     print this help
 //
 // Run "bunqueue <command> -h" for the flags of a command. Every command
 // reads the DSN from --dsn, else BUNQUEUE_MYSQL_DSN, else
 // root@tcp(127.0.0.1:3306)/test; --json prints its result as JSON. A
-// postgres:// or postgresql:// URL names a PostgreSQL server, which every
-// command but bench works on; any other DSN is a MySQL or MariaDB one.
+// postgres:// or postgresql:// URL names a PostgreSQL server; any other
+// DSN is a MySQL or MariaDB one. Every command works on both.
 //
 // Exit codes: 0 success, 1 an error (the database cannot be reached, the
 // jobs tables are missing, a query failed), 2 a usage error, 3 an id
 // given to "failed show|retry|delete" is not a failed job's (the other
 // ids were dealt with).
+//
+// The bench, which measures throughput and latency against the server, is
+// a command of its own: github.com/bunqueue/bunqueue/cmd/bunqueue-bench.
 package main
 
 import (
@@ -45,8 +48,7 @@ const (
 // defaultDSN is used when neither --dsn nor BUNQUEUE_MYSQL_DSN is set.
 const defaultDSN = "root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC"
 
-// dsnUsage is the help text of the --dsn flag of the commands that work
-// on both servers.
+// dsnUsage is the help text of the commands' --dsn flag.
 const dsnUsage = "MySQL/MariaDB DSN, or a postgres:// URL for PostgreSQL (default: $BUNQUEUE_MYSQL_DSN, else " + defaultDSN + ")"
 
 // command is one subcommand of the tool.
@@ -58,10 +60,10 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"migrate", "create or upgrade the jobs tables (bunqueue_jobs, bunqueue_failed_jobs)", runMigrate},
+		{"migrate", "create or upgrade bunqueue's tables (bunqueue_jobs, bunqueue_failed_jobs, bunqueue_queues)", runMigrate},
 		{"stats", "count the jobs of the jobs table per queue and kind: waiting, scheduled, failed", runStats},
 		{"failed", "list, show, retry or delete failed jobs", runFailed},
-		{"bench", "measure throughput and latency against a MySQL 8 / MariaDB server", runBench},
+		{"queue", "list, pause or resume queues, for every process", runQueue},
 	}
 }
 
@@ -82,8 +84,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return exitOK
-	case childCommand: // internal: not in the usage text
-		return runChild(ctx, args[1:], stdout, stderr)
 	}
 	for _, c := range commands() {
 		if c.name == args[0] {
@@ -106,10 +106,13 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, `Run "bunqueue <command> -h" for the flags of a command. The DSN comes from --dsn,`)
 	fmt.Fprintln(w, "else BUNQUEUE_MYSQL_DSN, else "+defaultDSN+".")
-	fmt.Fprintln(w, "A postgres:// (or postgresql://) URL names a PostgreSQL server: every command but")
-	fmt.Fprintln(w, "bench works on it. Any other DSN is a MySQL or MariaDB one.")
+	fmt.Fprintln(w, "A postgres:// (or postgresql://) URL names a PostgreSQL server, any other DSN a")
+	fmt.Fprintln(w, "MySQL or MariaDB one. Every command works on both.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Exit codes: 0 success, 1 error, 2 usage error, 3 a failed job's id was not found.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "The bench, which measures throughput and latency, is a command of its own:")
+	fmt.Fprintln(w, "bunqueue-bench (cmd/bunqueue-bench).")
 }
 
 // parseFlags parses a subcommand's flags. It returns the exit code to

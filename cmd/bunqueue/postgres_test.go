@@ -18,9 +18,9 @@ import (
 	"github.com/uptrace/bun/dialect/pgdialect"
 
 	"github.com/bunqueue/bunqueue"
-	"github.com/bunqueue/bunqueue/internal/dbtest"
 	"github.com/bunqueue/bunqueue/internal/migrate"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/tests/dbtest"
 )
 
 // pgArgsA and pgArgsB are two kinds of job for the PostgreSQL tests.
@@ -139,13 +139,13 @@ func TestPostgres(t *testing.T) {
 
 		stdout, stderr, code := runWithEnv(t, nil, bin, "migrate", "--dsn", dsn)
 		require.Equal(t, exitOK, code, stderr)
-		require.Contains(t, stdout, "from schema version 0 to 1")
+		require.Contains(t, stdout, fmt.Sprintf("from schema version 0 to %d", migrate.Latest()))
 		require.Contains(t, stdout, "PostgreSQL")
 		stdout, stderr, code = runWithEnv(t, nil, bin, "migrate", "--dsn", dsn, "--json")
 		require.Equal(t, exitOK, code, stderr)
 		var rep migrateReport
 		require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
-		require.Equal(t, migrateReport{Database: rep.Database, Before: 1, Version: 1}, rep)
+		require.Equal(t, migrateReport{Database: rep.Database, Before: migrate.Latest(), Version: migrate.Latest()}, rep)
 		require.Contains(t, rep.Database, name)
 
 		stdout, stderr, code = runWithEnv(t, nil, bin, "stats", "--dsn", dsn)

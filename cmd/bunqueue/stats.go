@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,7 +10,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/uptrace/bun"
+
 	"github.com/bunqueue/bunqueue"
+	"github.com/bunqueue/bunqueue/internal/jobsql"
 )
 
 // kindStats counts the jobs of one kind in one queue.
@@ -100,7 +101,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 // collectStats counts the jobs of every queue (or of the one named),
 // each count capped at limit, with reads that an index serves.
 func collectStats(ctx context.Context, d *database, only string, limit int) (*statsReport, error) {
-	db := d.db
+	db, jobs := d.db, jobsql.New(d.dialect)
 	byQueue := map[string]*queueStats{}
 	kindOf := func(q *queueStats, kind string) *kindStats {
 		for i := range q.Kinds {
@@ -118,17 +119,12 @@ func collectStats(ctx context.Context, d *database, only string, limit int) (*st
 		return byQueue[name]
 	}
 
-	// The queues: loose scans of the claim index and of the failed jobs'
-	// (queue, kind, id) index.
-	var queues []string
-	if err := db.NewRaw("SELECT DISTINCT queue FROM bunqueue_jobs").Scan(ctx, &queues); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	queues, err := jobs.Queues(ctx, db)
+	if err != nil {
 		return nil, fmt.Errorf("list the queues: %w", err)
 	}
-	var failedKinds []struct {
-		Queue string
-		Kind  string
-	}
-	if err := db.NewRaw("SELECT DISTINCT queue, kind FROM bunqueue_failed_jobs").Scan(ctx, &failedKinds); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	failedKinds, err := jobs.FailedKinds(ctx, db)
+	if err != nil {
 		return nil, fmt.Errorf("list the failed jobs' queues: %w", err)
 	}
 	for _, name := range queues {
@@ -141,9 +137,8 @@ func collectStats(ctx context.Context, d *database, only string, limit int) (*st
 			continue
 		}
 		q := queueOf(fk.Queue)
-		var n int
-		if err := db.NewRaw("SELECT COUNT(*) FROM (SELECT 1 FROM bunqueue_failed_jobs WHERE queue = ? AND kind = ? LIMIT ?) f",
-			fk.Queue, fk.Kind, limit).Scan(ctx, &n); err != nil {
+		n, err := jobs.CountFailed(ctx, db, fk.Queue, fk.Kind, limit)
+		if err != nil {
 			return nil, fmt.Errorf("count the failed jobs of queue %q: %w", fk.Queue, err)
 		}
 		kindOf(q, fk.Kind).Failed = n
@@ -156,18 +151,8 @@ func collectStats(ctx context.Context, d *database, only string, limit int) (*st
 	}
 
 	for _, q := range byQueue {
-		var kinds []struct {
-			Kind  string
-			Due   int
-			Total int
-		}
-		// At most limit waiting jobs of the queue, taken from the claim
-		// index, then grouped.
-		// COUNT of a CASE, not SUM of a comparison: an integer on every
-		// server (MySQL's SUM is a DECIMAL, PostgreSQL has no boolean SUM).
-		if err := db.NewRaw("SELECT kind, COUNT(CASE WHEN run_at <= "+d.dialect.Now()+" THEN 1 END) AS due, COUNT(*) AS total "+
-			"FROM (SELECT kind, run_at FROM bunqueue_jobs WHERE queue = ? AND state = 0 LIMIT ?) w GROUP BY kind",
-			q.Queue, limit).Scan(ctx, &kinds); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		kinds, err := jobs.CountWaiting(ctx, db, q.Queue, limit)
+		if err != nil {
 			return nil, fmt.Errorf("count the jobs of queue %q: %w", q.Queue, err)
 		}
 		total := 0
@@ -180,7 +165,7 @@ func collectStats(ctx context.Context, d *database, only string, limit int) (*st
 		}
 		q.jobsCapped = total >= limit
 		q.Capped = q.Capped || total >= limit
-		age, err := oldestWaiting(ctx, d, q.Queue)
+		age, err := oldestWaiting(ctx, jobs, db, q.Queue)
 		if err != nil {
 			return nil, err
 		}
@@ -214,21 +199,15 @@ func collectStats(ctx context.Context, d *database, only string, limit int) (*st
 // oldestWaiting returns how long, in seconds, the longest-waiting due job
 // of queue has been due, or nil if none is. It reads the smallest run_at
 // of each priority, each an index dive into the claim index.
-func oldestWaiting(ctx context.Context, d *database, queue string) (*float64, error) {
-	var priorities []int
-	if err := d.db.NewRaw("SELECT DISTINCT priority FROM bunqueue_jobs WHERE queue = ? AND state = 0", queue).
-		Scan(ctx, &priorities); err != nil && !errors.Is(err, sql.ErrNoRows) {
+func oldestWaiting(ctx context.Context, jobs jobsql.SQL, db bun.IDB, queue string) (*float64, error) {
+	priorities, err := jobs.Priorities(ctx, db, queue)
+	if err != nil {
 		return nil, fmt.Errorf("read the priorities of queue %q: %w", queue, err)
 	}
-	now := d.dialect.Now()
 	var oldest *float64
 	for _, p := range priorities {
-		// The smallest run_at and the server's clock, read by the same
-		// statement: the age is their difference, whatever the server.
-		var first, at sql.NullTime
-		if err := d.db.NewRaw("SELECT MIN(run_at), "+now+" FROM bunqueue_jobs "+
-			"WHERE queue = ? AND state = 0 AND priority = ? AND run_at <= "+now, queue, p).
-			Scan(ctx, &first, &at); err != nil {
+		first, at, err := jobs.OldestDue(ctx, db, queue, p)
+		if err != nil {
 			return nil, fmt.Errorf("read the oldest due job of queue %q: %w", queue, err)
 		}
 		if !first.Valid || !at.Valid {

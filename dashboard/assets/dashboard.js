@@ -81,8 +81,8 @@
   live.addEventListener("submit", function (ev) {
     var form = ev.target;
     var action = form.getAttribute("data-action");
-    if (!action) {
-      return; // the filter: an ordinary GET
+    if (!action || action === "pause" || action === "resume") {
+      return; // the filter, an ordinary GET; pause and resume post and come back
     }
     ev.preventDefault();
     var id = form.elements.id.value;

@@ -20,7 +20,7 @@ import (
 
 	"github.com/bunqueue/bunqueue"
 	"github.com/bunqueue/bunqueue/dashboard"
-	"github.com/bunqueue/bunqueue/internal/dbtest"
+	"github.com/bunqueue/bunqueue/tests/dbtest"
 )
 
 // chromium returns the browser to run: $BUNQUEUE_CHROMIUM, else the
@@ -143,6 +143,14 @@ func TestDashboardInBrowser(t *testing.T) {
 	pwned, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.pwned === 1 || document.querySelector("#live img, #live script") !== null`))
 	require.NoError(t, err)
 	require.False(t, pwned, "nothing in the payload or the error ran or became an element")
+
+	// The page's JSON link keeps its filter: followed, it returns the
+	// same failed job.
+	listed, err := chromedp.Run(ctx, chromedp.Evaluate[string](
+		`fetch(document.querySelector("footer a").href).then(r => r.json()).then(d => d.filter.queue + " " + d.failed_jobs.map(j => j.id).join(","))`,
+		chromedp.EvalAwaitPromise))
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("%s %d", queue, failedID), listed, "data.json, from the page's link")
 
 	// Fix the worker, then Retry from the page.
 	fixed.Store(true)

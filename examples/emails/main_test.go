@@ -10,7 +10,7 @@ import (
 	"github.com/uptrace/bun/dialect/sqlitedialect"
 
 	"github.com/bunqueue/bunqueue/examples/internal/exampledb"
-	"github.com/bunqueue/bunqueue/internal/dbtest"
+	"github.com/bunqueue/bunqueue/tests/dbtest"
 )
 
 // The example runs the same on an SQLite file, MariaDB and PostgreSQL:

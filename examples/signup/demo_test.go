@@ -10,7 +10,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/bunqueue/bunqueue/examples/internal/exampledb"
-	"github.com/bunqueue/bunqueue/internal/dbtest"
+	"github.com/bunqueue/bunqueue/tests/dbtest"
 )
 
 // TestDemo runs `go run ./examples/signup -demo` end to end (but for

@@ -2,7 +2,7 @@ package main
 
 // These tests run the app on each server (see testServers): MySQL or
 // MariaDB at BUNQUEUE_MYSQL_DSN and PostgreSQL at BUNQUEUE_PG_DSN (the
-// defaults of internal/dbtest, as the rest of the repository's tests), and
+// defaults of tests/dbtest, as the rest of the repository's tests), and
 // SQLite, on a fresh file of each test's own. On the servers, each test
 // signs up users with emails of its own and puts its jobs in a jobs queue
 // of its own, so tests (and test runs) that share the tables do not see
@@ -31,7 +31,7 @@ import (
 
 	"github.com/bunqueue/bunqueue"
 	"github.com/bunqueue/bunqueue/examples/internal/exampledb"
-	"github.com/bunqueue/bunqueue/internal/dbtest"
+	"github.com/bunqueue/bunqueue/tests/dbtest"
 )
 
 // testServer is a database the tests run the app on.
@@ -113,22 +113,7 @@ func newTracedTestApp(t *testing.T, srv testServer, tel *tracing) *testApp {
 
 	suffix := randomSuffix()
 	a := &testApp{t: t, db: db, queue: "signup_test_" + suffix, domain: suffix + ".signup-test.example"}
-	t.Cleanup(func() {
-		// Jobs of this test's queue (pending or failed), then its users;
-		// their welcome email records go with them (ON DELETE CASCADE).
-		ctx := context.Background()
-		for _, q := range []string{
-			"DELETE FROM bunqueue_jobs WHERE queue = ?",
-			"DELETE FROM bunqueue_failed_jobs WHERE queue = ?",
-		} {
-			if _, err := db.NewRaw(q, a.queue).Exec(ctx); err != nil {
-				t.Error(err)
-			}
-		}
-		if _, err := db.NewDelete().Model((*User)(nil)).Where("email LIKE ?", "%@"+a.domain).Exec(ctx); err != nil {
-			t.Error(err)
-		}
-	})
+	t.Cleanup(func() { deleteTestRows(t, db, a.queue, a.domain) })
 
 	logger := testLogger(t)
 	cfg := &bunqueue.Config{
@@ -490,7 +475,7 @@ func randomSuffix() string {
 func testLogger(t *testing.T) *slog.Logger {
 	w := &testWriter{t: t}
 	t.Cleanup(func() { w.mu.Lock(); w.done = true; w.mu.Unlock() })
-	return slog.New(slog.NewTextHandler(w, nil))
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
 type testWriter struct {

@@ -19,9 +19,17 @@ const (
 	JobsTable       = "bunqueue_jobs"
 	FailedJobsTable = "bunqueue_failed_jobs"
 	VersionsTable   = "bunqueue_migrations"
+	QueuesTable     = "bunqueue_queues"
 	lockName        = "bunqueue_migrate"
 	lockWait        = 60 * time.Second
 )
+
+// ClaimIndex is the jobs table's index that the claim query's conditions
+// and order are on: (queue, state, priority, run_at, id).
+const ClaimIndex = "bunqueue_jobs_claim"
+
+// UniqueKeyIndex is the jobs table's unique index on unique_key.
+const UniqueKeyIndex = "bunqueue_jobs_unique_key"
 
 // Migration is one version of the schema.
 type Migration struct {
@@ -38,13 +46,17 @@ type Schema struct {
 	// are never edited; a change is a new version, with the same number
 	// on every server.
 	Migrations []Migration
+	// Rerun follows the INSERT that records a version in the script of
+	// SQL, so that running the script again skips the versions it
+	// recorded, and only that: any other error stays an error.
+	Rerun string
 }
 
 // For returns the schema of db's server.
 func For(db *bun.DB) (Schema, error) {
 	switch db.Dialect().Name() {
 	case dialect.MySQL:
-		return Schema{Versions: versionsDDL, Migrations: Migrations}, nil
+		return MySQL, nil
 	case dialect.PG:
 		return Postgres, nil
 	case dialect.SQLite:
@@ -53,6 +65,9 @@ func For(db *bun.DB) (Schema, error) {
 	_, err := sqldialect.For(db)
 	return Schema{}, err
 }
+
+// MySQL is the schema on MySQL and MariaDB.
+var MySQL = Schema{Versions: versionsDDL, Migrations: Migrations, Rerun: " ON DUPLICATE KEY UPDATE version = version"}
 
 // Migrations lists every version of the MySQL and MariaDB schema, oldest
 // first.
@@ -89,7 +104,7 @@ var Migrations = []Migration{
 	trace_context VARBINARY(1024) NULL,
 	PRIMARY KEY (id),
 	UNIQUE KEY bunqueue_jobs_unique_key (unique_key),
-	KEY bunqueue_jobs_claim (queue, state, priority, run_at, id),
+	KEY ` + ClaimIndex + ` (queue, state, priority, run_at, id),
 	KEY bunqueue_jobs_completed (state, completed_at, id)
 ) ENGINE=InnoDB`,
 			`CREATE TABLE IF NOT EXISTS ` + FailedJobsTable + ` (
@@ -113,6 +128,46 @@ var Migrations = []Migration{
 ) ENGINE=InnoDB`,
 		},
 	},
+	{
+		Version: 2,
+		Name:    "queue, kind and unique_key compare exactly",
+		// Version 1's columns took the database's default collation
+		// (utf8mb4_general_ci, utf8mb4_0900_ai_ci), which makes "Key",
+		// "key" and "key " one unique key, and a worker of queue "mail"
+		// claim the jobs of "Mail" and "mail ". utf8mb4_bin still pads
+		// (PAD SPACE), and the collations that do not differ between
+		// MySQL and MariaDB: VARBINARY compares bytes, on both. Each
+		// column first becomes utf8mb4, so that a latin1 table's text
+		// turns into the UTF-8 bytes bunqueue reads and writes; MODIFY
+		// keeps the indexes, and the rows keep their values.
+		Statements: []string{
+			exactColumns(JobsTable, "VARCHAR(%d) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"),
+			exactColumns(JobsTable, "VARBINARY(%d)"),
+			exactColumns(FailedJobsTable, "VARCHAR(%d) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"),
+			exactColumns(FailedJobsTable, "VARBINARY(%d)"),
+		},
+	},
+	{
+		Version: 3,
+		Name:    "queue controls",
+		// One row per queue that was ever paused, table queues and jobs
+		// queues alike, by name; paused_at is NULL while it runs.
+		Statements: []string{
+			`CREATE TABLE IF NOT EXISTS ` + QueuesTable + ` (
+	name VARBINARY(128) NOT NULL,
+	paused_at DATETIME(6) NULL,
+	updated_at DATETIME(6) NOT NULL,
+	PRIMARY KEY (name)
+) ENGINE=InnoDB`,
+		},
+	},
+}
+
+// exactColumns is the ALTER TABLE of version 2 that gives the queue, kind
+// and unique_key columns of table the type typ, a format of their size.
+func exactColumns(table, typ string) string {
+	return fmt.Sprintf("ALTER TABLE %s MODIFY queue "+typ+" NOT NULL, MODIFY kind "+typ+" NOT NULL, MODIFY unique_key "+typ+" NULL",
+		table, 128, 255, 255)
 }
 
 const versionsDDL = `CREATE TABLE IF NOT EXISTS ` + VersionsTable + ` (
@@ -125,7 +180,7 @@ const versionsDDL = `CREATE TABLE IF NOT EXISTS ` + VersionsTable + ` (
 // that records them, as one script for users who run their own migration
 // tool: for MySQL and MariaDB.
 func SQL() string {
-	return Schema{Versions: versionsDDL, Migrations: Migrations}.SQL(sqldialect.MySQL{}, "MySQL 8.0.1+ / MariaDB 10.6+")
+	return MySQL.SQL(sqldialect.MySQL{}, "MySQL 8.0.1+ / MariaDB 10.6+")
 }
 
 // SQL returns the schema as one script for server, through d.
@@ -133,14 +188,13 @@ func (s Schema) SQL(d sqldialect.Dialect, server string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "-- bunqueue schema for %s\n", server)
 	b.WriteString(s.Versions + ";\n")
-	head, tail := d.InsertIgnore()
 	for _, m := range s.Migrations {
 		fmt.Fprintf(&b, "\n-- version %d: %s\n", m.Version, m.Name)
 		for _, st := range m.Statements {
 			b.WriteString(st + ";\n")
 		}
-		fmt.Fprintf(&b, "%s %s (version, name, applied_at) VALUES (%d, '%s', %s)%s;\n",
-			head, VersionsTable, m.Version, m.Name, d.Now(), tail)
+		fmt.Fprintf(&b, "INSERT INTO %s (version, name, applied_at) VALUES (%d, '%s', %s)%s;\n",
+			VersionsTable, m.Version, m.Name, d.Now(), s.Rerun)
 	}
 	return b.String()
 }
@@ -150,7 +204,9 @@ func Latest() int { return Migrations[len(Migrations)-1].Version }
 
 // Run applies the missing migrations of db's server. It holds a named
 // server lock (Dialect.Lock) on one connection while it works, so
-// processes that start together apply each version once.
+// processes that start together apply each version once. On PostgreSQL
+// and SQLite the lock is a transaction's, which the migrations run in: a
+// failure keeps none of them, whatever applied lists.
 func Run(ctx context.Context, db *bun.DB) (applied []int, err error) {
 	schema, err := For(db)
 	if err != nil {

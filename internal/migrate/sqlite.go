@@ -39,7 +39,7 @@ var SQLite = Schema{
 	trace_context BLOB NULL
 )`,
 				`CREATE UNIQUE INDEX IF NOT EXISTS bunqueue_jobs_unique_key ON ` + JobsTable + ` (unique_key)`,
-				`CREATE INDEX IF NOT EXISTS bunqueue_jobs_claim ON ` + JobsTable + ` (queue, state, priority, run_at, id)`,
+				`CREATE INDEX IF NOT EXISTS ` + ClaimIndex + ` ON ` + JobsTable + ` (queue, state, priority, run_at, id)`,
 				`CREATE INDEX IF NOT EXISTS bunqueue_jobs_completed ON ` + JobsTable + ` (state, completed_at, id)`,
 				`CREATE TABLE IF NOT EXISTS ` + FailedJobsTable + ` (
 	id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -61,5 +61,23 @@ var SQLite = Schema{
 				`CREATE INDEX IF NOT EXISTS bunqueue_failed_jobs_failed_at ON ` + FailedJobsTable + ` (failed_at, id)`,
 			},
 		},
+		{
+			Version: 2,
+			Name:    "queue, kind and unique_key compare exactly",
+			// Nothing to change: TEXT columns compare with the BINARY
+			// collation, byte for byte, with no padding.
+		},
+		{
+			Version: 3,
+			Name:    "queue controls",
+			Statements: []string{
+				`CREATE TABLE IF NOT EXISTS ` + QueuesTable + ` (
+	name TEXT NOT NULL PRIMARY KEY,
+	paused_at DATETIME NULL,
+	updated_at DATETIME NOT NULL
+)`,
+			},
+		},
 	},
+	Rerun: " ON CONFLICT DO NOTHING",
 }

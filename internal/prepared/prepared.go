@@ -42,6 +42,7 @@ type Cache struct {
 	mu     sync.Mutex
 	texts  map[string]*entry
 	closed bool
+	off    bool // by Off: nothing is prepared any more
 }
 
 type entry struct {
@@ -64,7 +65,7 @@ func New(db *sql.DB, failed func(text string, err error)) *Cache {
 func (c *Cache) Get(text string) *sql.Stmt {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.closed || c.off {
 		return nil
 	}
 	e := c.texts[text]
@@ -99,8 +100,8 @@ func (c *Cache) prepare(text string, e *entry) {
 	switch {
 	case err != nil:
 		e.seen, e.retry = 0, time.Now().Add(RetryAfter)
-	case c.closed || c.texts[text] != e:
-		// Closed, or forgotten by Drop, while it was being prepared.
+	case c.closed || c.off || c.texts[text] != e:
+		// Closed, off, or forgotten by Drop, while it was being prepared.
 		defer func() { _ = st.Close() }()
 	default:
 		e.stmt = st
@@ -126,6 +127,31 @@ func (c *Cache) Drop(text string) {
 	if st != nil {
 		_ = st.Close()
 	}
+}
+
+// Off closes every statement and makes Get return nil from now on, for a
+// pool whose connections do not keep their prepared statements (a pooler
+// in transaction mode runs each transaction of a connection on another
+// server session). It reports whether this call turned them off.
+func (c *Cache) Off() bool {
+	c.mu.Lock()
+	if c.off || c.closed {
+		c.mu.Unlock()
+		return false
+	}
+	c.off = true
+	var stmts []*sql.Stmt
+	for text, e := range c.texts {
+		if e.stmt != nil {
+			stmts = append(stmts, e.stmt)
+		}
+		delete(c.texts, text)
+	}
+	c.mu.Unlock()
+	for _, st := range stmts {
+		_ = st.Close()
+	}
+	return true
 }
 
 // evictLocked forgets the texts that are neither prepared nor being

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/uptrace/bun"
+
+	"github.com/bunqueue/bunqueue/internal/sqltoken"
 )
 
 // Index is an index that would serve a query.
@@ -42,24 +44,18 @@ func (MySQL) SuggestIndex(ctx context.Context, db bun.IDB, query, schema, table,
 // syntax is what the SQL that SuggestIndex reads and writes looks like on
 // a server.
 type syntax struct {
-	// quote quotes identifiers; it no longer starts a string.
-	quote byte
-	// pg selects PostgreSQL's rules: no # comments, -- comments without
-	// the space, nested block comments, backslash escapes only in E''
-	// strings, dollar-quoted strings, unquoted names folded to lower case,
-	// OFFSET and FETCH after the ORDER BY, NULLS FIRST or LAST in it.
-	pg bool
-	// sqlite selects SQLite's rules: no # comments, -- comments without
-	// the space, no backslash escapes.
-	sqlite bool
+	// Syntax is how the SQL is split into tokens, and with PG,
+	// PostgreSQL's clauses too: OFFSET and FETCH after the ORDER BY,
+	// NULLS FIRST or LAST in it.
+	sqltoken.Syntax
 	// maxName is the longest identifier, in bytes.
 	maxName int
 }
 
 var (
-	mysqlSyntax  = syntax{quote: '`', maxName: 64}
-	pgSyntax     = syntax{quote: '"', pg: true, maxName: 63}
-	sqliteSyntax = syntax{quote: '"', sqlite: true, maxName: 64}
+	mysqlSyntax  = syntax{Syntax: sqltoken.MySQL, maxName: 64}
+	pgSyntax     = syntax{Syntax: sqltoken.Postgres, maxName: 63}
+	sqliteSyntax = syntax{Syntax: sqltoken.SQLite, maxName: 64}
 )
 
 // indexShape is the index that serves a query.
@@ -159,7 +155,7 @@ func servingIndex(ctx context.Context, db bun.IDB, schema, table string, pks []s
 // constant, col IN (constant), col IS NULL but in PostgreSQL) and of its
 // ORDER BY.
 func shapeOf(sx syntax, query, table, alias string, pks []string) (indexShape, bool) {
-	toks, ok := tokenize(query, sx)
+	toks, ok := sqltoken.Split(query, sx.Syntax)
 	if !ok {
 		return indexShape{}, false
 	}
@@ -186,26 +182,26 @@ func shapeOf(sx syntax, query, table, alias string, pks []string) (indexShape, b
 			add(&s.eq, col, "")
 		}
 	}
-	for _, item := range split(order, func(t token) bool { return t.is(",") }) {
+	for _, item := range split(order, func(t sqltoken.Token) bool { return t.Is(",") }) {
 		q, col, rest := columnRef(item)
 		if col == "" || !ours(q) {
 			return indexShape{}, false
 		}
-		if sx.pg {
+		if sx.PG {
 			// The null order each direction has by default, which an
 			// index serves, read forwards or backwards.
 			switch {
-			case len(rest) == 2 && rest[0].isWord("NULLS") && rest[1].isWord("LAST"):
+			case len(rest) == 2 && rest[0].IsWord("NULLS") && rest[1].IsWord("LAST"):
 				rest = nil
-			case len(rest) == 3 && rest[0].isWord("ASC") && rest[1].isWord("NULLS") && rest[2].isWord("LAST"),
-				len(rest) == 3 && rest[0].isWord("DESC") && rest[1].isWord("NULLS") && rest[2].isWord("FIRST"):
+			case len(rest) == 3 && rest[0].IsWord("ASC") && rest[1].IsWord("NULLS") && rest[2].IsWord("LAST"),
+				len(rest) == 3 && rest[0].IsWord("DESC") && rest[1].IsWord("NULLS") && rest[2].IsWord("FIRST"):
 				rest = rest[:1]
 			}
 		}
 		switch {
-		case len(rest) == 0 || len(rest) == 1 && rest[0].isWord("ASC"):
+		case len(rest) == 0 || len(rest) == 1 && rest[0].IsWord("ASC"):
 			add(&s.order, col, "")
-		case len(rest) == 1 && rest[0].isWord("DESC"):
+		case len(rest) == 1 && rest[0].IsWord("DESC"):
 			add(&s.order, col, " DESC")
 		default:
 			return indexShape{}, false
@@ -235,233 +231,43 @@ func containsFold(list []string, s string) bool {
 	return false
 }
 
-type tokenKind int
-
-const (
-	tokWord   tokenKind = iota // a keyword, function name or bare identifier
-	tokIdent                   // a quoted identifier, unquoted
-	tokString                  // a string literal
-	tokNumber                  // a number literal
-	tokPunct                   // an operator or punctuation
-)
-
-type token struct {
-	kind tokenKind
-	text string
-}
-
-func (t token) is(punct string) bool { return t.kind == tokPunct && t.text == punct }
-
-func (t token) isWord(w string) bool { return t.kind == tokWord && strings.EqualFold(t.text, w) }
-
-// tokenize splits SQL of syntax sx into tokens, dropping whitespace and
-// comments. It fails on an unterminated quote or comment.
-func tokenize(s string, sx syntax) ([]token, bool) {
-	var toks []token
-	for i := 0; i < len(s); {
-		c := s[i]
-		switch {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || sx.pg && c == '\f':
-			i++
-		case sx.pg && strings.HasPrefix(s[i:], "/*"):
-			n, ok := nestedComment(s[i:])
-			if !ok {
-				return nil, false
-			}
-			i += n
-		case strings.HasPrefix(s[i:], "/*"):
-			end := strings.Index(s[i+2:], "*/")
-			if end < 0 {
-				return nil, false
-			}
-			i += end + 4
-		case !sx.pg && !sx.sqlite && (c == '#' || strings.HasPrefix(s[i:], "-- ")),
-			(sx.pg || sx.sqlite) && strings.HasPrefix(s[i:], "--"):
-			end := strings.IndexByte(s[i:], '\n')
-			if end < 0 {
-				end = len(s) - i
-			}
-			i += end
-		case c == '`' || c == '\'' || c == '"':
-			text, n, ok := quoted(s[i:], sx, !sx.pg && !sx.sqlite)
-			if !ok {
-				return nil, false
-			}
-			kind := tokString
-			if c == sx.quote {
-				kind = tokIdent
-			}
-			toks = append(toks, token{kind, text})
-			i += n
-		case sx.pg && (c == 'E' || c == 'e') && i+1 < len(s) && s[i+1] == '\'':
-			text, n, ok := quoted(s[i+1:], sx, true) // E'...': backslash escapes
-			if !ok {
-				return nil, false
-			}
-			toks = append(toks, token{tokString, text})
-			i += 1 + n
-		case sx.pg && c == '$':
-			tok, n, ok := dollar(s[i:])
-			if !ok {
-				return nil, false
-			}
-			toks = append(toks, tok)
-			i += n
-		case isDigit(c) || c == '.' && i+1 < len(s) && isDigit(s[i+1]):
-			j := i + 1
-			for j < len(s) && (isWordByte(s[j]) || s[j] == '.') {
-				j++
-			}
-			toks = append(toks, token{tokNumber, s[i:j]})
-			i = j
-		case isWordByte(c):
-			j := i + 1
-			for j < len(s) && isWordByte(s[j]) {
-				j++
-			}
-			word := s[i:j]
-			if sx.pg {
-				word = lowerASCII(word) // as PostgreSQL folds unquoted names
-			}
-			toks = append(toks, token{tokWord, word})
-			i = j
-		default:
-			n := 1
-			for _, op := range []string{"<=>", "<=", ">=", "<>", "!=", "&&", "||", ":="} {
-				if strings.HasPrefix(s[i:], op) {
-					n = len(op)
-					break
-				}
-			}
-			toks = append(toks, token{tokPunct, s[i : i+n]})
-			i += n
-		}
-	}
-	return toks, true
-}
-
-// quoted reads the quoted text at the start of s (a doubled quote stands
-// for itself; in strings, when backslash is set, so does a
-// backslash-escaped character) and returns it unquoted, with the length it
-// took.
-func quoted(s string, sx syntax, backslash bool) (string, int, bool) {
-	q := s[0]
-	var b strings.Builder
-	for i := 1; i < len(s); i++ {
-		switch {
-		case s[i] == '\\' && backslash && q != sx.quote && i+1 < len(s):
-			i++
-			b.WriteByte(s[i])
-		case s[i] == q && i+1 < len(s) && s[i+1] == q:
-			i++
-			b.WriteByte(q)
-		case s[i] == q:
-			return b.String(), i + 1, true
-		default:
-			b.WriteByte(s[i])
-		}
-	}
-	return "", 0, false
-}
-
-// nestedComment returns the length of the PostgreSQL block comment at the
-// start of s, whose inner block comments nest.
-func nestedComment(s string) (int, bool) {
-	depth := 0
-	for i := 0; i+1 < len(s); i++ {
-		switch {
-		case s[i] == '/' && s[i+1] == '*':
-			depth++
-			i++
-		case s[i] == '*' && s[i+1] == '/':
-			depth--
-			i++
-			if depth == 0 {
-				return i + 1, true
-			}
-		}
-	}
-	return 0, false
-}
-
-// dollar reads what starts with $ in PostgreSQL: a dollar-quoted string
-// ($$text$$ or $tag$text$tag$), or a parameter ($1), taken for a value.
-func dollar(s string) (token, int, bool) {
-	j := 1
-	for j < len(s) && isDigit(s[j]) {
-		j++
-	}
-	if j > 1 {
-		return token{tokNumber, s[:j]}, j, true
-	}
-	for j < len(s) && s[j] != '$' && isWordByte(s[j]) {
-		j++
-	}
-	if j == len(s) || s[j] != '$' {
-		return token{}, 0, false // a lone $ is not SQL
-	}
-	tag := s[:j+1]
-	end := strings.Index(s[len(tag):], tag)
-	if end < 0 {
-		return token{}, 0, false
-	}
-	return token{tokString, s[len(tag) : len(tag)+end]}, 2*len(tag) + end, true
-}
-
-// lowerASCII folds the ASCII letters of s to lower case.
-func lowerASCII(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if c >= 'A' && c <= 'Z' {
-			b[i] = c + 'a' - 'A'
-		}
-	}
-	return string(b)
-}
-
-func isDigit(c byte) bool { return c >= '0' && c <= '9' }
-
-func isWordByte(c byte) bool {
-	return c == '_' || c == '$' || c >= 0x80 || isDigit(c) || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
-}
-
 // clauses returns the tokens of the top-level WHERE and ORDER BY of a
 // SELECT, and whether its FROM joins more than one table. It fails on
 // what makes the columns of those clauses no guide to an index: GROUP BY,
 // HAVING, DISTINCT, UNION, a window.
-func clauses(toks []token, sx syntax) (where, order []token, joined, ok bool) {
-	var clause *[]token
+func clauses(toks []sqltoken.Token, sx syntax) (where, order []sqltoken.Token, joined, ok bool) {
+	var clause *[]sqltoken.Token
 	var from bool // inside the top-level FROM
 	depth := 0
 	for i := 0; i < len(toks); i++ {
 		t := toks[i]
 		switch {
-		case t.is("("):
+		case t.Is("("):
 			depth++
-		case t.is(")"):
+		case t.Is(")"):
 			depth--
 		}
-		if depth > 0 || t.is(")") {
+		if depth > 0 || t.Is(")") {
 			if clause != nil {
 				*clause = append(*clause, t)
 			}
 			continue
 		}
-		next := func(w string) bool { return i+1 < len(toks) && toks[i+1].isWord(w) }
+		next := func(w string) bool { return i+1 < len(toks) && toks[i+1].IsWord(w) }
 		switch {
-		case t.isWord("GROUP") || t.isWord("HAVING") || t.isWord("DISTINCT") || t.isWord("UNION") || t.isWord("WINDOW"):
+		case t.IsWord("GROUP") || t.IsWord("HAVING") || t.IsWord("DISTINCT") || t.IsWord("UNION") || t.IsWord("WINDOW"):
 			return nil, nil, false, false
-		case t.isWord("FROM"):
+		case t.IsWord("FROM"):
 			from, clause = true, nil
-		case t.isWord("WHERE"):
+		case t.IsWord("WHERE"):
 			from, clause = false, &where
-		case t.isWord("ORDER") && next("BY"):
+		case t.IsWord("ORDER") && next("BY"):
 			from, clause = false, &order
 			i++
-		case t.isWord("LIMIT") || t.isWord("FOR") || t.isWord("LOCK") || t.isWord("INTO"),
-			sx.pg && (t.isWord("OFFSET") || t.isWord("FETCH")):
+		case t.IsWord("LIMIT") || t.IsWord("FOR") || t.IsWord("LOCK") || t.IsWord("INTO"),
+			sx.PG && (t.IsWord("OFFSET") || t.IsWord("FETCH")):
 			from, clause = false, nil
-		case from && (t.is(",") || t.isWord("JOIN") || t.isWord("STRAIGHT_JOIN")):
+		case from && (t.Is(",") || t.IsWord("JOIN") || t.IsWord("STRAIGHT_JOIN")):
 			joined = true
 		case clause != nil:
 			*clause = append(*clause, t)
@@ -471,17 +277,17 @@ func clauses(toks []token, sx syntax) (where, order []token, joined, ok bool) {
 }
 
 // split cuts toks at the top-level tokens for which sep is true.
-func split(toks []token, sep func(token) bool) [][]token {
+func split(toks []sqltoken.Token, sep func(sqltoken.Token) bool) [][]sqltoken.Token {
 	if len(toks) == 0 {
 		return nil
 	}
-	var out [][]token
+	var out [][]sqltoken.Token
 	depth, start := 0, 0
 	for i, t := range toks {
 		switch {
-		case t.is("("):
+		case t.Is("("):
 			depth++
-		case t.is(")"):
+		case t.Is(")"):
 			depth--
 		case depth == 0 && sep(t):
 			out = append(out, toks[start:i])
@@ -493,9 +299,9 @@ func split(toks []token, sep func(token) bool) [][]token {
 
 // conjuncts returns the conditions that a WHERE ANDs together, opening
 // parentheses: (a AND (b AND c)) gives a, b and c.
-func conjuncts(toks []token) [][]token {
-	var out [][]token
-	for _, c := range split(toks, func(t token) bool { return t.isWord("AND") || t.is("&&") }) {
+func conjuncts(toks []sqltoken.Token) [][]sqltoken.Token {
+	var out [][]sqltoken.Token
+	for _, c := range split(toks, func(t sqltoken.Token) bool { return t.IsWord("AND") || t.Is("&&") }) {
 		inner := unwrap(c)
 		if len(inner) < len(c) {
 			out = append(out, conjuncts(inner)...)
@@ -507,14 +313,14 @@ func conjuncts(toks []token) [][]token {
 }
 
 // unwrap removes parentheses around the whole of toks.
-func unwrap(toks []token) []token {
-	for len(toks) >= 2 && toks[0].is("(") && toks[len(toks)-1].is(")") {
+func unwrap(toks []sqltoken.Token) []sqltoken.Token {
+	for len(toks) >= 2 && toks[0].Is("(") && toks[len(toks)-1].Is(")") {
 		depth := 0
 		for i, t := range toks {
 			switch {
-			case t.is("("):
+			case t.Is("("):
 				depth++
-			case t.is(")"):
+			case t.Is(")"):
 				depth--
 			}
 			if depth == 0 && i < len(toks)-1 {
@@ -530,21 +336,21 @@ func unwrap(toks []token) []token {
 // and returns that column and its qualifier. In PostgreSQL, col IS NULL
 // does not count: the planner does not take an index's rows where a
 // column is NULL to be in the order of the columns after it.
-func equality(c []token, sx syntax) (qualifier, col string, ok bool) {
+func equality(c []sqltoken.Token, sx syntax) (qualifier, col string, ok bool) {
 	if q, col, rest := columnRef(c); col != "" {
 		switch {
-		case len(rest) >= 2 && (rest[0].is("=") || rest[0].is("<=>")) && isConstant(rest[1:]):
+		case len(rest) >= 2 && (rest[0].Is("=") || rest[0].Is("<=>")) && isConstant(rest[1:]):
 			return q, col, true
-		case len(rest) == 2 && rest[0].isWord("IS") && rest[1].isWord("NULL") && !sx.pg:
+		case len(rest) == 2 && rest[0].IsWord("IS") && rest[1].IsWord("NULL") && !sx.PG:
 			return q, col, true
-		case len(rest) >= 3 && rest[0].isWord("IN") && rest[1].is("(") && rest[len(rest)-1].is(")") &&
+		case len(rest) >= 3 && rest[0].IsWord("IN") && rest[1].Is("(") && rest[len(rest)-1].Is(")") &&
 			isConstant(rest[2:len(rest)-1]):
 			return q, col, true
 		}
 	}
 	// constant = col
 	for i, t := range c {
-		if t.is("=") || t.is("<=>") {
+		if t.Is("=") || t.Is("<=>") {
 			if q, col, rest := columnRef(c[i+1:]); col != "" && len(rest) == 0 && isConstant(c[:i]) {
 				return q, col, true
 			}
@@ -556,39 +362,39 @@ func equality(c []token, sx syntax) (qualifier, col string, ok bool) {
 
 // isConstant reports whether toks are one literal: a string, a number
 // (signed or not), TRUE or FALSE.
-func isConstant(toks []token) bool {
-	if len(toks) == 2 && (toks[0].is("-") || toks[0].is("+")) {
+func isConstant(toks []sqltoken.Token) bool {
+	if len(toks) == 2 && (toks[0].Is("-") || toks[0].Is("+")) {
 		toks = toks[1:]
 	}
 	if len(toks) != 1 {
 		return false
 	}
 	t := toks[0]
-	return t.kind == tokString || t.kind == tokNumber || t.isWord("TRUE") || t.isWord("FALSE")
+	return t.Kind == sqltoken.String || t.Kind == sqltoken.Number || t.IsWord("TRUE") || t.IsWord("FALSE")
 }
 
 // columnRef reads a column reference (col, t.col or db.t.col) at the start
 // of toks, and returns its qualifier, the column and the tokens after it;
 // col is empty when toks do not start with one.
-func columnRef(toks []token) (qualifier, col string, rest []token) {
-	name := func(t token) bool {
-		return t.kind == tokIdent || t.kind == tokWord && !isKeyword(t.text)
+func columnRef(toks []sqltoken.Token) (qualifier, col string, rest []sqltoken.Token) {
+	name := func(t sqltoken.Token) bool {
+		return t.Kind == sqltoken.Ident || t.Kind == sqltoken.Word && !isKeyword(t.Value)
 	}
 	n := 0
 	for n < len(toks) && name(toks[n]) {
-		if n+2 < len(toks) && toks[n+1].is(".") && name(toks[n+2]) {
+		if n+2 < len(toks) && toks[n+1].Is(".") && name(toks[n+2]) {
 			n += 2
 			continue
 		}
 		n++
 		break
 	}
-	if n == 0 || n < len(toks) && toks[n].is("(") {
+	if n == 0 || n < len(toks) && toks[n].Is("(") {
 		return "", "", toks // nothing, or a function call
 	}
-	col = toks[n-1].text
+	col = toks[n-1].Value
 	if n >= 3 {
-		qualifier = toks[n-3].text
+		qualifier = toks[n-3].Value
 	}
 	return qualifier, col, toks[n:]
 }
@@ -605,7 +411,7 @@ func isKeyword(w string) bool {
 
 // quoteIdent quotes an identifier.
 func (sx syntax) quoteIdent(s string) string {
-	q := string(sx.quote)
+	q := string(sx.Quote)
 	return q + strings.ReplaceAll(s, q, q+q) + q
 }
 
@@ -615,7 +421,7 @@ func (sx syntax) quoteIdent(s string) string {
 func (sx syntax) indexName(s string) string {
 	b := []byte(s)
 	for i, c := range b {
-		if !isWordByte(c) || c >= 0x80 || c == '$' {
+		if !(c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
 			b[i] = '_'
 		}
 	}

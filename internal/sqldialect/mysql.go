@@ -105,13 +105,13 @@ func (MySQL) CheckTable(ctx context.Context, db *bun.DB, schema, table string) e
 	err := db.QueryRowContext(ctx, q, args...).Scan(&engine, &typ)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return fmt.Errorf("bunqueue: table %s does not exist in the database; create it before Start", table)
+		return fmt.Errorf("table %s does not exist in the database; create it before Start", table)
 	case err != nil:
-		return fmt.Errorf("bunqueue: check table %s: %w", table, err)
+		return fmt.Errorf("check table %s: %w", table, err)
 	case typ != "BASE TABLE":
-		return fmt.Errorf("bunqueue: %s is a %s, not a table; a queue must be declared over an InnoDB table", table, strings.ToLower(typ))
+		return fmt.Errorf("%s is a %s, not a table; a queue must be declared over an InnoDB table", table, strings.ToLower(typ))
 	case !strings.EqualFold(engine, "InnoDB"):
-		return fmt.Errorf("bunqueue: table %s uses the %s engine, which ignores row locks and SKIP LOCKED; convert it with ALTER TABLE %s ENGINE=InnoDB", table, engine, table)
+		return fmt.Errorf("table %s uses the %s engine, which ignores row locks and SKIP LOCKED; convert it with ALTER TABLE %s ENGINE=InnoDB", table, engine, table)
 	}
 	return nil
 }
@@ -136,21 +136,10 @@ func (MySQL) SessionID(ctx context.Context, db bun.IDB) (int64, error) {
 	return id, nil
 }
 
-// EndSession implements Dialect: KILL CONNECTION. Ending a session that
-// is already gone is not an error.
-func (MySQL) EndSession(ctx context.Context, db bun.IDB, id int64) error {
-	_, err := db.ExecContext(ctx, "KILL CONNECTION ?", id)
+// ClientSide implements Dialect.
+func (MySQL) ClientSide(err error) bool {
 	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == 1094 { // ER_NO_SUCH_THREAD
-		return nil
-	}
-	return err
-}
-
-// Local implements Dialect.
-func (MySQL) Local(err error) bool {
-	var me *mysql.MySQLError
-	return !errors.As(err, &me) && !errors.Is(err, mysql.ErrInvalidConn) && !notLocal(err)
+	return !errors.As(err, &me) && !errors.Is(err, mysql.ErrInvalidConn) && !connOrContext(err)
 }
 
 // ForUpdate implements Dialect.
@@ -181,6 +170,25 @@ func (MySQL) ReadSetup() string {
 // ForcePrimary implements Dialect.
 func (MySQL) ForcePrimary() string { return "FORCE INDEX (PRIMARY)" }
 
+// DeleteIDs implements Dialect: a join of the ids, as a derived table
+// read first, to the table by its primary key, one row at a time
+// (eq_ref). DELETE … WHERE id IN (…) is planned as a scan when the
+// statistics say the table is small, and InnoDB locks, and waits for,
+// every row a DELETE reads; single-table DELETE takes no index hint, and
+// MariaDB drops the hint of a one-table multi-table DELETE.
+func (MySQL) DeleteIDs(table string, n int) string {
+	var b strings.Builder
+	b.WriteString("DELETE t FROM (SELECT ? AS id")
+	for range n - 1 {
+		b.WriteString(" UNION ALL SELECT ?")
+	}
+	b.WriteString(") AS k STRAIGHT_JOIN " + table + " AS t FORCE INDEX (PRIMARY) ON t.id = k.id")
+	return b.String()
+}
+
+// ForceIndex implements Dialect.
+func (MySQL) ForceIndex(index string) string { return "FORCE INDEX (" + index + ")" }
+
 // Placeholder implements Dialect.
 func (MySQL) Placeholder(int) string { return "?" }
 
@@ -204,9 +212,21 @@ func (MySQL) Time(t time.Time) string {
 	return "'" + t.UTC().Format("2006-01-02 15:04:05.999999") + "'"
 }
 
-// InsertIgnore implements Dialect. IGNORE turns every error of a row into
-// a warning, not only a duplicate key: the caller checks the values first.
-func (MySQL) InsertIgnore() (head, tail string) { return "INSERT IGNORE INTO", "" }
+// SkipTakenKeys implements Dialect: none, the INSERT is a plain one.
+// IGNORE would turn every error of a row into a warning, not only a
+// duplicate key (a time out of range stored as 0000-00-00, a number
+// clamped), and ON DUPLICATE KEY UPDATE locks the row that holds the key,
+// so it would wait for a running job's claim. A taken key fails the
+// statement (KeyTaken), and only the statement: a transaction goes on.
+func (MySQL) SkipTakenKeys() string { return "" }
+
+// KeyTaken implements Dialect: error 1062 on the index, which MariaDB
+// names 'index' and MySQL 8 'table.index' at the end of the message.
+func (MySQL) KeyTaken(err error, index string) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1062 &&
+		(strings.HasSuffix(me.Message, "'"+index+"'") || strings.HasSuffix(me.Message, "."+index+"'"))
+}
 
 // InsertCount implements Dialect: Exec and RowsAffected.
 func (MySQL) InsertCount(ctx context.Context, db bun.IDB, insert string) (int64, error) {

@@ -153,9 +153,9 @@ func (Postgres) CheckTable(ctx context.Context, db *bun.DB, schema, table string
 	err := db.QueryRowContext(ctx, "SELECT relkind::text FROM pg_class WHERE oid = to_regclass(?)", regclass(schema, table)).Scan(&kind)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return fmt.Errorf("bunqueue: table %s does not exist in the database; create it before Start", table)
+		return fmt.Errorf("table %s does not exist in the database; create it before Start", table)
 	case err != nil:
-		return fmt.Errorf("bunqueue: check table %s: %w", table, err)
+		return fmt.Errorf("check table %s: %w", table, err)
 	case kind == "r", kind == "p":
 		return nil
 	}
@@ -163,7 +163,7 @@ func (Postgres) CheckTable(ctx context.Context, db *bun.DB, schema, table string
 	if !ok {
 		name = "relation of kind " + kind
 	}
-	return fmt.Errorf("bunqueue: %s is a %s, not a table; a queue must be declared over a table", table, name)
+	return fmt.Errorf("%s is a %s, not a table; a queue must be declared over a table", table, name)
 }
 
 // PrimaryKey implements Dialect, from pg_index.
@@ -174,7 +174,7 @@ func (Postgres) PrimaryKey(ctx context.Context, db bun.IDB, schema, table string
 		"ORDER BY array_position(i.indkey::int2[], a.attnum)", regclass(schema, table))
 }
 
-// SessionID implements Dialect: the backend's process id.
+// SessionID implements Sessions: the backend's process id.
 func (Postgres) SessionID(ctx context.Context, db bun.IDB) (int64, error) {
 	var id int64
 	if err := db.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&id); err != nil {
@@ -183,42 +183,13 @@ func (Postgres) SessionID(ctx context.Context, db bun.IDB) (int64, error) {
 	return id, nil
 }
 
-// EndSession implements Dialect with pg_terminate_backend, which a role
-// may call on its own sessions (others need pg_signal_backend). The
-// backend exits, rolling back its transaction, a moment after that
-// returns: EndSession waits for it to leave pg_stat_activity, up to
-// endSessionWait, so that its locks are gone when EndSession returns.
-// Ending a session that is already gone is not an error.
-func (Postgres) EndSession(ctx context.Context, db bun.IDB, id int64) error {
-	var ok bool // false, with a warning, when no backend has that id
-	if err := db.QueryRowContext(ctx, "SELECT pg_terminate_backend(?)", id).Scan(&ok); err != nil || !ok {
-		return err
-	}
-	deadline := time.Now().Add(endSessionWait)
-	for wait := time.Millisecond; time.Now().Before(deadline); wait = min(2*wait, 50*time.Millisecond) {
-		var n int
-		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM pg_stat_activity WHERE pid = ?", id).Scan(&n); err != nil || n == 0 {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-	}
-	return nil
-}
-
-// endSessionWait bounds how long EndSession waits for the backend to exit.
-const endSessionWait = 5 * time.Second
-
-// Local implements Dialect. Besides server errors (those with an
+// ClientSide implements Dialect. Besides server errors (those with an
 // SQLSTATE), network and context errors, it counts every error of pgx's
 // connection package (a *pgconn.ConnectError, "conn closed", a timeout…)
-// as not local: those are told apart by their package, as the dialect
-// does not import pgx.
-func (Postgres) Local(err error) bool {
-	return sqlState(err) == "" && !inChain(err, fromPgconn) && !notLocal(err)
+// as not client side: those are told apart by their package, as the
+// dialect does not import pgx.
+func (Postgres) ClientSide(err error) bool {
+	return sqlState(err) == "" && !inChain(err, fromPgconn) && !connOrContext(err)
 }
 
 // fromPgconn reports whether err's type is declared in pgx's connection
@@ -260,15 +231,17 @@ func inChain(err error, f func(error) bool) bool {
 // visibility check is the visibility map's, not the rows'.
 func (Postgres) ReadSetup() string { return "" }
 
-// SessionSetup implements Dialect. READ COMMITTED is PostgreSQL's default
-// too, unless default_transaction_isolation says otherwise.
-func (Postgres) SessionSetup() string {
-	return "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED"
-}
-
 // ForcePrimary implements Dialect: none, PostgreSQL has no index hints (and
 // reads a claim's few keys through the primary key without one).
 func (Postgres) ForcePrimary() string { return "" }
+
+// DeleteIDs implements Dialect: a list, which may be planned as a scan,
+// but a scan tests a row's version against the conditions before it
+// locks the row or waits for it.
+func (Postgres) DeleteIDs(table string, n int) string { return deleteInList(table, n) }
+
+// ForceIndex implements Dialect: none, as ForcePrimary.
+func (Postgres) ForceIndex(string) string { return "" }
 
 // Placeholder implements Dialect: $n.
 func (Postgres) Placeholder(n int) string { return "$" + strconv.Itoa(n) }
@@ -293,9 +266,12 @@ func (Postgres) NowPlus(d time.Duration) string {
 // compared with or stored in.
 func (Postgres) Time(t time.Time) string { return utcLiteral(t) }
 
-// InsertIgnore implements Dialect. ON CONFLICT DO NOTHING skips a row
+// SkipTakenKeys implements Dialect. ON CONFLICT DO NOTHING skips a row
 // whose unique key is taken, and only that: other errors stay errors.
-func (Postgres) InsertIgnore() (head, tail string) { return "INSERT INTO", " ON CONFLICT DO NOTHING" }
+func (Postgres) SkipTakenKeys() string { return " ON CONFLICT DO NOTHING" }
+
+// KeyTaken implements Dialect: never, ON CONFLICT DO NOTHING skips the row.
+func (Postgres) KeyTaken(error, string) bool { return false }
 
 // InsertCount implements Dialect with RETURNING id, a query. Not an
 // Exec: pgx sends a statement without arguments by the simple protocol,
@@ -347,53 +323,62 @@ func (Postgres) LockKey(name string) int64 {
 	return int64(h.Sum64())
 }
 
-// Lock implements Dialect with a session-level advisory lock, which
-// belongs to conn's session. It waits with lock_timeout set to wait on the
-// session, then restores the session's lock_timeout; with wait zero or
-// less it does not wait (lock_timeout 0 would wait for ever).
+// Lock implements Dialect with a transaction-level advisory lock: conn
+// begins a transaction, READ COMMITTED (after the wait, the work must see
+// what the previous holder committed), takes pg_advisory_xact_lock,
+// waiting at most wait (SET LOCAL lock_timeout; with wait zero or less it
+// does not wait), and keeps the transaction until unlock commits it. The
+// lock, its lock_timeout (which bounds the lock waits of the work too)
+// and the work run on one server session, even through a pooler in
+// transaction mode, and nothing of them is left on the session after the
+// transaction; a session-level lock, there, would stay with a server
+// session that other clients get, and its unlock might run on another.
 func (d Postgres) Lock(ctx context.Context, conn bun.Conn, name string, wait time.Duration) (func() error, error) {
 	key := d.LockKey(name)
-	held := fmt.Errorf("another process held the lock %q (advisory lock %d) for %s", name, key, wait)
-	unlock := func() error {
-		// A lock that cannot be released ends with its session.
+	if _, err := conn.ExecContext(ctx, "BEGIN ISOLATION LEVEL READ COMMITTED"); err != nil {
+		return nil, fmt.Errorf("take the lock %q: %w", name, err)
+	}
+	end := func(stmt string) error {
+		// A transaction that cannot be ended ends with its connection.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
-		_, _ = conn.ExecContext(rctx, "SELECT pg_advisory_unlock(?)", key)
-		return nil
+		_, err := conn.ExecContext(rctx, stmt)
+		return err
 	}
-	if wait <= 0 {
-		var got bool
-		if err := conn.QueryRowContext(ctx, "SELECT pg_try_advisory_lock(?)", key).Scan(&got); err != nil {
+	got, err := xactLock(ctx, conn, key, wait)
+	if err != nil || !got {
+		_ = end("ROLLBACK")
+		if err != nil {
 			return nil, fmt.Errorf("take the lock %q: %w", name, err)
 		}
-		if !got {
-			return nil, held
-		}
-		return unlock, nil
+		return nil, fmt.Errorf("another process held the lock %q (advisory lock %d) for %s", name, key, wait)
 	}
+	return func() error {
+		if err := end("COMMIT"); err != nil {
+			_ = end("ROLLBACK")
+			return fmt.Errorf("commit the work done under the lock %q: %w", name, err)
+		}
+		return nil
+	}, nil
+}
 
-	var old string
-	if err := conn.QueryRowContext(ctx, "SELECT current_setting('lock_timeout')").Scan(&old); err != nil {
-		return nil, fmt.Errorf("take the lock %q: %w", name, err)
+// xactLock takes the transaction-level advisory lock key in conn's
+// transaction, waiting at most wait, and reports whether it got it.
+func xactLock(ctx context.Context, conn bun.Conn, key int64, wait time.Duration) (bool, error) {
+	if wait <= 0 {
+		var got bool
+		err := conn.QueryRowContext(ctx, "SELECT pg_try_advisory_xact_lock(?)", key).Scan(&got)
+		return got, err
 	}
 	ms := min(max(wait.Milliseconds(), 1), 1<<31-1) // lock_timeout is an int of milliseconds
-	if _, err := conn.ExecContext(ctx, "SELECT set_config('lock_timeout', ?, false)", fmt.Sprintf("%dms", ms)); err != nil {
-		return nil, fmt.Errorf("take the lock %q: %w", name, err)
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET LOCAL lock_timeout = '%dms'", ms)); err != nil {
+		return false, err
 	}
-	_, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock(?)", key)
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_, rerr := conn.ExecContext(rctx, "SELECT set_config('lock_timeout', ?, false)", old)
-	switch {
-	case sqlState(err) == "55P03":
-		return nil, held
-	case err != nil:
-		return nil, fmt.Errorf("take the lock %q: %w", name, err)
-	case rerr != nil:
-		_ = unlock()
-		return nil, fmt.Errorf("take the lock %q: restore lock_timeout: %w", name, rerr)
+	_, err := conn.ExecContext(ctx, "SELECT pg_advisory_xact_lock(?)", key)
+	if sqlState(err) == "55P03" {
+		return false, nil
 	}
-	return unlock, nil
+	return err == nil, err
 }
 
 // ForUpdate implements Dialect: NO KEY UPDATE, which lets the shared

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -19,6 +20,7 @@ import (
 
 // Dialect is what the engine needs to know about a database server.
 type Dialect interface {
+	Sessions
 	// SkipLocked is the argument to bun's SelectQuery.For that locks the
 	// selected rows and skips rows other transactions hold; empty where
 	// the server has no row locks (see Locking).
@@ -45,26 +47,17 @@ type Dialect interface {
 	// CheckTable checks that the table exists and that its storage engine
 	// takes row locks. schema may be empty for the connection's database.
 	CheckTable(ctx context.Context, db *bun.DB, schema, table string) error
-	// Local reports whether err arose in this process, such as a value
-	// that does not fit the model, rather than on the server, on the
-	// connection or from a cancelled context.
-	Local(err error) bool
-	// SessionID returns the server's id of the connection db runs on (a
-	// transaction or a pinned connection), for EndSession.
-	SessionID(ctx context.Context, db bun.IDB) (int64, error)
-	// EndSession ends the server session id from another connection of
-	// db, rolling back its transaction and releasing its locks even while
-	// a statement of it still runs.
-	EndSession(ctx context.Context, db bun.IDB, id int64) error
+	// ClientSide reports whether err arose on the client's side of the
+	// database, in this process, such as a value that does not fit the
+	// model, rather than on the server, on the connection or from a
+	// cancelled context: the engine then blames the row, not the batch.
+	ClientSide(err error) bool
 	// PrimaryKey returns the columns of the table's primary key, in
 	// order; none when it has no primary key.
 	PrimaryKey(ctx context.Context, db bun.IDB, schema, table string) ([]string, error)
 	// Explain runs EXPLAIN on query, a SELECT, and returns its plan;
 	// Plan.Problems tells what in it scans or sorts.
 	Explain(ctx context.Context, db bun.IDB, query string) (Plan, error)
-	// SessionSetup is the statement a worker's own connection runs once,
-	// to make its transactions READ COMMITTED by default; empty for none.
-	SessionSetup() string
 	// ReadSetup is the statement a queue's feed runs once on its own
 	// connection, so that its plain reads of waiting rows (which only
 	// suggest rows: a claim locks each and checks the query again) cost
@@ -74,6 +67,14 @@ type Dialect interface {
 	// ForcePrimary is the table hint, after "table AS alias", that makes a
 	// claim by primary key read the primary key's index; empty for none.
 	ForcePrimary() string
+	// DeleteIDs is a DELETE of the rows of table whose id is one of n
+	// arguments (? markers for bun), reading them through the primary key
+	// whatever the table's statistics say.
+	DeleteIDs(table string, n int) string
+	// ForceIndex is the table hint, after "table AS alias", that makes a
+	// statement read the table through the named index, whatever the
+	// table's statistics say; empty for none.
+	ForceIndex(index string) string
 	// Placeholder is the parameter marker for the nth argument (from 1)
 	// of a statement prepared on the server; empty where bunqueue
 	// prepares none (a server in the same process gains nothing from it).
@@ -91,17 +92,25 @@ type Dialect interface {
 	NowPlus(d time.Duration) string
 	// Time renders t as a literal of the jobs tables' time columns.
 	Time(t time.Time) string
-	// InsertIgnore splits an INSERT that skips rows whose unique key is
-	// taken: head replaces "INSERT INTO", tail follows the VALUES.
-	InsertIgnore() (head, tail string)
-	// InsertID runs insert, a one-row InsertIgnore statement into a table
-	// whose key column is id, and returns the new row's id, or false if
-	// the row was skipped.
+	// SkipTakenKeys is the clause, after an INSERT's VALUES, that skips
+	// the rows whose unique key is taken, where the server can skip those
+	// rows and hide no other error. Where it cannot (MySQL, whose INSERT
+	// IGNORE turns every error of a row into a warning) it is empty: the
+	// INSERT is a plain one, which a taken key fails whole (KeyTaken).
+	SkipTakenKeys() string
+	// KeyTaken reports whether err is the failure of an INSERT ending in
+	// SkipTakenKeys that inserted nothing because a row's key in the
+	// unique index named index was taken; never where SkipTakenKeys skips
+	// such rows.
+	KeyTaken(err error, index string) bool
+	// InsertID runs insert, a one-row INSERT ending in SkipTakenKeys into
+	// a table whose key column is id, and returns the new row's id, or
+	// false if the row was skipped.
 	InsertID(ctx context.Context, db bun.IDB, insert string) (int64, bool, error)
-	// InsertCount runs insert, an InsertIgnore statement of any number of
-	// rows into a table whose key column is id, and returns how many rows
-	// it inserted. A statement whose reply was lost must not run again
-	// by itself (see Postgres.InsertCount).
+	// InsertCount runs insert, an INSERT ending in SkipTakenKeys of any
+	// number of rows into a table whose key column is id, and returns how
+	// many rows it inserted. A statement whose reply was lost must not
+	// run again by itself (see Postgres.InsertCount).
 	InsertCount(ctx context.Context, db bun.IDB, insert string) (int64, error)
 	// ShareLock is the clause, after a SELECT, that reads the latest
 	// committed rows with a shared lock that does not wait for a claim's
@@ -114,8 +123,9 @@ type Dialect interface {
 	MissingTable(err error) bool
 	// Lock takes the named lock on conn, waiting at most wait, for work
 	// that processes must take turns at (migrations); unlock releases it.
-	// An error of unlock means the work done on conn under the lock may
-	// not have been kept (where the lock is a transaction).
+	// Where the lock is a transaction's (PostgreSQL, SQLite), conn runs
+	// that transaction until unlock, and the work done on conn under the
+	// lock is part of it: an error of unlock means it was not kept.
 	Lock(ctx context.Context, conn bun.Conn, name string, wait time.Duration) (unlock func() error, err error)
 	// SuggestIndex derives from query, a SELECT over table (alias in the
 	// query, in schema, empty for the connection's database) whose
@@ -162,19 +172,19 @@ func txAnswers(ctx context.Context, tx bun.Tx) bool {
 func queryStrings(ctx context.Context, db bun.IDB, what, q string, args ...any) ([]string, error) {
 	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
-		return nil, fmt.Errorf("bunqueue: %s: %w", what, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	defer rows.Close()
 	var out []string
 	for rows.Next() {
 		var s string
 		if err := rows.Scan(&s); err != nil {
-			return nil, fmt.Errorf("bunqueue: %s: %w", what, err)
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		out = append(out, s)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("bunqueue: %s: %w", what, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return out, nil
 }
@@ -212,10 +222,10 @@ func utcLiteral(t time.Time) string {
 	return "'" + t.UTC().Format("2006-01-02 15:04:05.999999-07:00") + "'"
 }
 
-// notLocal reports whether err is nil or is one of the errors, common to
-// every driver, of a connection, a transaction or a context: the parts of
-// Dialect.Local that do not depend on the server.
-func notLocal(err error) bool {
+// connOrContext reports whether err is nil or is one of the errors,
+// common to every driver, of a connection, a transaction or a context:
+// errors that Dialect.ClientSide never counts, whatever the server.
+func connOrContext(err error) bool {
 	var ne net.Error
 	return err == nil ||
 		errors.As(err, &ne) ||
@@ -226,4 +236,9 @@ func notLocal(err error) bool {
 		errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, context.Canceled) ||
 		errors.Is(err, context.DeadlineExceeded)
+}
+
+// deleteInList is DELETE … WHERE id IN (?, …) with n markers.
+func deleteInList(table string, n int) string {
+	return "DELETE FROM " + table + " WHERE id IN (" + strings.Repeat("?, ", n-1) + "?)"
 }

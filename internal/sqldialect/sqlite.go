@@ -209,11 +209,11 @@ func (SQLite) CheckTable(ctx context.Context, db *bun.DB, schema, table string) 
 	err := db.QueryRowContext(ctx, "SELECT type FROM "+slSchema(schema)+"sqlite_schema WHERE name = ? COLLATE NOCASE AND type IN ('table', 'view')", table).Scan(&typ)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return fmt.Errorf("bunqueue: table %s does not exist in the database; create it before Start", table)
+		return fmt.Errorf("table %s does not exist in the database; create it before Start", table)
 	case err != nil:
-		return fmt.Errorf("bunqueue: check table %s: %w", table, err)
+		return fmt.Errorf("check table %s: %w", table, err)
 	case typ != "table":
-		return fmt.Errorf("bunqueue: %s is a %s, not a table; a queue must be declared over a table", table, typ)
+		return fmt.Errorf("%s is a %s, not a table; a queue must be declared over a table", table, typ)
 	}
 	return nil
 }
@@ -230,20 +230,41 @@ func (SQLite) PrimaryKey(ctx context.Context, db bun.IDB, schema, table string) 
 	return queryStrings(ctx, db, "read the primary key of "+table, q, args...)
 }
 
-// SessionID implements Dialect: 0, none. The database runs in this
+// SessionID implements Sessions: 0, none. The database runs in this
 // process, and the driver interrupts a statement when its context ends:
 // there is no session left running to end from another connection.
 func (SQLite) SessionID(context.Context, bun.IDB) (int64, error) { return 0, nil }
 
-// EndSession implements Dialect: nothing to do (see SessionID).
-func (SQLite) EndSession(context.Context, bun.IDB, int64) error { return nil }
+// TxSession implements Sessions: none (see SessionID).
+func (SQLite) TxSession(context.Context, bun.IDB) (TxSession, error) { return TxSession{}, nil }
 
-// Local implements Dialect. SQLite runs in the process, but its errors
+// EndTxSession implements Sessions: nothing to do (see SessionID).
+func (SQLite) EndTxSession(context.Context, bun.IDB, TxSession) error { return nil }
+
+// CheckEndTxSession implements Sessions: nothing to end (see SessionID).
+func (SQLite) CheckEndTxSession(context.Context, *bun.DB) error { return nil }
+
+// TxOptions implements Sessions: nil, the driver's default; SQLite has no
+// isolation levels to choose (see SessionSetup).
+func (SQLite) TxOptions() *sql.TxOptions { return nil }
+
+// StatementLost implements Sessions: never; no pooler stands between the
+// process and its database, and bunqueue prepares nothing on SQLite.
+func (SQLite) StatementLost(error) bool { return false }
+
+// PreparedKept implements Sessions: true, the database has no sessions
+// to lose them.
+func (SQLite) PreparedKept(context.Context, *bun.DB) (bool, error) { return true, nil }
+
+// Advise implements Sessions: err as it is.
+func (SQLite) Advise(err error) error { return err }
+
+// ClientSide implements Dialect. SQLite runs in the process, but its errors
 // (those with a result code) are the database's, as are the driver's
 // connection errors and a cancelled context's.
-func (SQLite) Local(err error) bool {
+func (SQLite) ClientSide(err error) bool {
 	_, coded := sqliteCode(err)
-	return !coded && !notLocal(err)
+	return !coded && !connOrContext(err)
 }
 
 // SessionSetup implements Dialect: none. SQLite has no isolation levels
@@ -258,6 +279,14 @@ func (SQLite) ReadSetup() string { return "" }
 // name, and SQLite reads rows by rowid, or the primary key's index, for
 // a claim's few keys without a hint.
 func (SQLite) ForcePrimary() string { return "" }
+
+// DeleteIDs implements Dialect: a list; one writer at a time, no row
+// locks to wait for.
+func (SQLite) DeleteIDs(table string, n int) string { return deleteInList(table, n) }
+
+// ForceIndex implements Dialect: none. One writer at a time takes no row
+// locks that a scan could wait for.
+func (SQLite) ForceIndex(string) string { return "" }
 
 // Placeholder implements Dialect: none, SQLite runs in the process.
 // Refused implements Dialect: SQLite prepares nothing for bunqueue.
@@ -295,10 +324,13 @@ func (SQLite) NowPlus(d time.Duration) string {
 // as text with the stored times and with Now.
 func (SQLite) Time(t time.Time) string { return utcLiteral(t) }
 
-// InsertIgnore implements Dialect. ON CONFLICT DO NOTHING skips a row
+// SkipTakenKeys implements Dialect. ON CONFLICT DO NOTHING skips a row
 // whose unique key is taken, and only that (INSERT OR IGNORE would skip
 // NOT NULL and CHECK failures too).
-func (SQLite) InsertIgnore() (head, tail string) { return "INSERT INTO", " ON CONFLICT DO NOTHING" }
+func (SQLite) SkipTakenKeys() string { return " ON CONFLICT DO NOTHING" }
+
+// KeyTaken implements Dialect: never, ON CONFLICT DO NOTHING skips the row.
+func (SQLite) KeyTaken(error, string) bool { return false }
 
 // InsertCount implements Dialect with RETURNING id, as PostgreSQL's.
 func (SQLite) InsertCount(ctx context.Context, db bun.IDB, insert string) (int64, error) {

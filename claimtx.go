@@ -1,0 +1,395 @@
+package bunqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/uptrace/bun"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/bunqueue/bunqueue/internal/sqldialect"
+)
+
+// outcome of one item of a batch.
+type outcome int
+
+const (
+	succeeded outcome = iota // handler returned nil
+	recorded                 // handler failed, OnError recorded it
+	released                 // handler failed, nothing recorded: row goes back
+)
+
+// tryBatch runs one claim transaction of q, once (runBatch retries it):
+// it claims the rows of keys (with keys nil: up to limit rows at the head
+// of the queue), runs their handlers, re-checks that the rows they
+// processed left the queue, settles each row's outcome and commits.
+func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []feedKey) batchResult {
+	b := &claimTx[T]{q: q, s: s, limit: limit, keys: keys, prep: s != nil && q.prepares}
+	ctx, b.span = q.client.tel.startBatch(ctx, q.name)
+	defer b.end()
+	if !b.begin(ctx) || !b.claim(ctx) || !b.run(ctx) || !b.recheck(ctx) || !b.undo(ctx) {
+		return b.res
+	}
+	b.settle()
+	b.commit(ctx)
+	return b.res
+}
+
+// claimTx is one claim transaction of a table queue, on its way from
+// BEGIN to COMMIT. Each step of the path is a method that reports whether
+// the path goes on; one that ends it has said why in res.
+type claimTx[T any] struct {
+	q     *Queue[T]
+	s     *session  // the worker's session; nil: on the pool
+	limit int       // with keys nil: the most rows to claim at the head
+	keys  []feedKey // the rows to claim, as the feed read them
+	prep  bool      // prepared statements serve the workers, from Start to Stop
+
+	span      trace.Span  // the batch's span
+	spans     []*itemSpan // the items' spans
+	began     time.Time   // before BEGIN: the claim's duration starts here
+	tx        bun.Tx
+	open      bool // tx has not ended: end rolls it back
+	sessionID sqldialect.TxSession
+
+	items []T
+	held  []feedKey // the rows' keys as claimed: a handler may change its model's key
+	// withSavepoints: each row runs in its own savepoint, see run.
+	withSavepoints bool
+	whole          bool // a batch handler took all the items at once
+	outcomes       []outcome
+	causes         []error
+	still          []bool // after the re-check: the row still matches the queue's query
+	firstBad       int    // after the re-check: the first row undone, or -1
+
+	succeeded []string // the ids of the rows whose handlers succeeded
+	completed []*T     // those rows, for q.complete
+	res       batchResult
+}
+
+// end rolls back the transaction if it is still open, and ends the
+// spans. A batch that did not commit leaves every row as it was: each
+// item's span says so.
+func (b *claimTx[T]) end() {
+	if b.open {
+		_ = b.tx.Rollback()
+	}
+	tel := b.q.client.tel
+	for _, it := range b.spans {
+		if b.res.err != nil {
+			it.outcome = outcomeReleased
+			if it.err == nil {
+				it.err = b.res.err
+			}
+		}
+		tel.end(it)
+	}
+	tel.endSpan(b.span, b.res.err)
+}
+
+// begin starts the transaction, on the worker's session if it has one,
+// and reads its server session where a handler's timeout may need to end
+// it.
+func (b *claimTx[T]) begin(ctx context.Context) bool {
+	q := b.q
+	b.began = time.Now()
+	tx, err := b.s.begin(ctx, q.client.db)
+	if err != nil {
+		b.res.err = fmt.Errorf("bunqueue: queue %q: begin: %w", q.name, err)
+		return false
+	}
+	b.tx, b.open = tx, true
+	if b.sessionID, err = q.sessionID(ctx, b.s, tx); err != nil {
+		b.res.err = fmt.Errorf("bunqueue: queue %q: %w", q.name, err)
+		return false
+	}
+	return true
+}
+
+// lose ends a batch whose transaction a handler's timeout took down:
+// every row is back in the queue as it was.
+func (b *claimTx[T]) lose() {
+	_ = b.tx.Rollback()
+	b.open = false
+	if b.s != nil {
+		b.s.end()
+	}
+	for _, it := range b.spans {
+		it.outcome = outcomeReleased
+	}
+}
+
+// claim locks the rows (see Queue.claim) and keeps their keys as
+// claimed. A lone key whose row cannot be loaded into the model is that
+// row's failure, not the batch's. The path ends here if nothing was
+// claimed.
+func (b *claimTx[T]) claim(ctx context.Context) bool {
+	q := b.q
+	items, err := q.claim(ctx, b.tx, b.prep, b.limit, b.keys)
+	if err != nil {
+		b.res.err = fmt.Errorf("bunqueue: queue %q: claim: %w", q.name, err)
+		if len(b.keys) == 1 && q.client.dialect.ClientSide(err) {
+			// The row cannot be loaded into the model (a value that does
+			// not fit it): its failure, not the batch's.
+			b.res.err = nil
+			k := b.keys[0]
+			b.res.itemErrs = append(b.res.itemErrs, &ItemError{Queue: q.name, Key: k.id,
+				Err:      fmt.Errorf("the row cannot be loaded into the model: %w", err),
+				Cooldown: q.cool.Add(k.id, k.vals, time.Now())})
+		}
+		return false
+	}
+	b.items = items
+	b.held = q.keys(items)
+	b.res.claimed = len(items)
+	b.res.got = make([]string, len(items))
+	for i, k := range b.held {
+		b.res.got[i] = k.id
+	}
+	q.client.tel.claimed(ctx, b.span, q.name, len(items), b.began)
+	return len(items) > 0
+}
+
+// run calls the handlers: the batch handler on all the items at once if
+// the queue has one, else (or after it failed) each item's handler in
+// turn.
+//
+// Each row runs in its own savepoint when a failure must be undone
+// while the others' writes (or the row's lock, for OnError) are kept.
+// A lone row without OnError needs none: a failure rolls back it all.
+func (b *claimTx[T]) run(ctx context.Context) bool {
+	b.withSavepoints = len(b.items) > 1 || b.q.cfg.OnError != nil
+	b.outcomes = make([]outcome, len(b.items))
+	b.causes = make([]error, len(b.items))
+	if b.q.batch != nil && len(b.items) > 1 {
+		if !b.runWhole(ctx) {
+			return false
+		}
+		if b.whole {
+			return true
+		}
+	}
+	for i := range b.items {
+		if !b.runItem(ctx, i) {
+			return false
+		}
+	}
+	return true
+}
+
+// runWhole calls the batch handler (see Queue.runWhole). If its timeout
+// took the transaction down, the rows are to run again one by one, each
+// in a transaction of its own, so that the one that hangs fails alone.
+func (b *claimTx[T]) runWhole(ctx context.Context) bool {
+	b.whole, b.spans, b.res.err = b.q.runWhole(ctx, b.tx, b.span, b.items)
+	if errors.As(b.res.err, new(*lostTxError)) {
+		b.lose()
+		b.span.AddEvent("the batch handler timed out and its transaction was lost: running its rows one by one")
+		b.q.endLost(ctx, b.sessionID, b.held)
+		b.res.err = nil
+		b.res.oneByOne = b.held
+		return false
+	}
+	return b.res.err == nil
+}
+
+// runItem calls the handler of item i, in its savepoint if it has one,
+// under its span and the queue's hooks.
+func (b *claimTx[T]) runItem(ctx context.Context, i int) bool {
+	q := b.q
+	if b.withSavepoints {
+		if err := q.savepoint(ctx, b.tx, "SAVEPOINT", i); err != nil {
+			b.res.err = err
+			return false
+		}
+	}
+	claimed := b.items[i] // as claimed: OnError sees the row before the handler's changes
+	it := q.startItemSpan(ctx, b.span, &b.items[i], len(b.items))
+	b.spans = append(b.spans, it)
+	tx := b.tx
+	herr := q.callUnderTimeout(it.ctx, tx, func(ctx context.Context) error {
+		return q.hooks.run(ctx, func() *WorkInfo { return q.workInfo(&b.items[i]) },
+			func() error { return q.handler(ctx, tx, &b.items[i]) })
+	})
+	if herr == nil {
+		return true
+	}
+	it.err = herr
+	return b.itemFailed(ctx, i, it, &claimed, herr)
+}
+
+// itemFailed handles the failure herr of item i's handler: a lost
+// transaction ends the batch with the item's failure recorded on its
+// own; a deadlock, or a stop, ends the batch; a lone row without
+// savepoints rolls back the transaction; else the item's writes are
+// undone to its savepoint and OnError, if set, may record the failure.
+func (b *claimTx[T]) itemFailed(ctx context.Context, i int, it *itemSpan, claimed *T, herr error) bool {
+	q := b.q
+	if errors.As(herr, new(*lostTxError)) {
+		b.lose()
+		ie := q.failLost(ctx, b.sessionID, []T{*claimed}, herr)[0].(*ItemError)
+		if ie.Recorded {
+			it.outcome = q.failureOutcome(claimed, herr)
+		}
+		b.res.itemErrs = append(b.res.itemErrs, ie)
+		return false
+	}
+	if q.client.dialect.Retryable(herr) || ctx.Err() != nil {
+		// The server may have rolled back the whole transaction
+		// (deadlock), or we are stopping: retry or release the batch.
+		b.res.err = fmt.Errorf("bunqueue: queue %q: handler: %w", q.name, herr)
+		return false
+	}
+	if !b.withSavepoints {
+		_ = b.tx.Rollback()
+		b.open = false // nothing left to roll back
+		it.outcome = outcomeReleased
+		k := b.held[i]
+		b.res.itemErrs = append(b.res.itemErrs, &ItemError{Queue: q.name, Key: k.id, Err: herr, Cooldown: q.cool.Add(k.id, k.vals, time.Now())})
+		return false
+	}
+	if err := q.savepoint(ctx, b.tx, "ROLLBACK TO SAVEPOINT", i); err != nil {
+		b.res.err = err
+		return false
+	}
+	b.outcomes[i], b.causes[i] = released, herr
+	if q.cfg.OnError == nil {
+		return true
+	}
+	return b.onError(ctx, i, claimed, herr)
+}
+
+// onError lets OnError record the failure herr of item i, whose writes
+// were undone. If OnError fails too, its writes are undone as well and
+// the row is released, with both errors.
+func (b *claimTx[T]) onError(ctx context.Context, i int, claimed *T, herr error) bool {
+	q := b.q
+	if oerr := callApp(func() error { return q.cfg.OnError(ctx, b.tx, claimed, herr) }); oerr != nil {
+		if q.client.dialect.Retryable(oerr) || ctx.Err() != nil {
+			b.res.err = fmt.Errorf("bunqueue: queue %q: OnError: %w", q.name, oerr)
+			return false
+		}
+		if err := q.savepoint(ctx, b.tx, "ROLLBACK TO SAVEPOINT", i); err != nil {
+			b.res.err = err
+			return false
+		}
+		b.causes[i] = fmt.Errorf("%w; OnError failed too: %w", herr, oerr)
+		return true
+	}
+	b.outcomes[i] = recorded
+	return true
+}
+
+// recheck reads which of the processed rows still match the queue's
+// query (see Queue.stillQueued), and finds the first row whose handler
+// succeeded but that is still in the queue: it breaks the rule.
+func (b *claimTx[T]) recheck(ctx context.Context) bool {
+	still, err := b.q.stillQueued(ctx, b.tx, b.prep, b.items, b.held, b.outcomes)
+	if err != nil {
+		b.res.err = err
+		return false
+	}
+	b.still = still
+	b.firstBad = -1
+	for i := range b.items {
+		if b.outcomes[i] == succeeded && still[i] {
+			b.firstBad = i
+			break
+		}
+	}
+	return true
+}
+
+// undo undoes the writes of the first row that broke the rule, if any.
+// Savepoints nest, so rolling back to its savepoint also undoes the
+// items after it; those return to the queue.
+func (b *claimTx[T]) undo(ctx context.Context) bool {
+	q := b.q
+	if b.firstBad < 0 {
+		return true
+	}
+	switch {
+	case b.whole:
+		// The batch handler's writes cannot be told apart: undo them
+		// all; the other rows return to the queue too.
+		if _, err := b.tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT bunqueue_batch"); err != nil {
+			b.res.err = fmt.Errorf("bunqueue: queue %q: ROLLBACK TO SAVEPOINT: %w", q.name, err)
+			return false
+		}
+		b.firstBad = 0
+	case b.withSavepoints:
+		if err := q.savepoint(ctx, b.tx, "ROLLBACK TO SAVEPOINT", b.firstBad); err != nil {
+			b.res.err = err
+			return false
+		}
+	default:
+		_ = b.tx.Rollback()
+		b.open = false
+	}
+	return true
+}
+
+// settle gives each row its outcome: completed, recorded by OnError,
+// undone with a row before it, or released and cooled down with its
+// error.
+func (b *claimTx[T]) settle() {
+	q := b.q
+	now := time.Now()
+	for i := range b.items {
+		id := b.res.got[i]
+		undone := b.firstBad >= 0 && i >= b.firstBad
+		ie := &ItemError{Queue: q.name, Key: id, Err: b.causes[i]}
+		it := b.spans[i]
+		it.outcome = outcomeReleased
+		switch {
+		case b.outcomes[i] == succeeded && b.still[i]:
+			ie.Err = q.stillQueuedError(&b.items[i], b.held[i])
+			it.err = ie.Err
+		case b.outcomes[i] == succeeded && undone:
+			continue // undone with a row before it; back in the queue as it was
+		case b.outcomes[i] == succeeded:
+			it.outcome = outcomeCompleted
+			b.succeeded = append(b.succeeded, id)
+			b.completed = append(b.completed, &b.items[i])
+			continue
+		case b.outcomes[i] == recorded && !undone && !b.still[i]:
+			ie.Recorded = true
+			it.outcome = q.failureOutcome(&b.items[i], b.causes[i])
+			b.res.itemErrs = append(b.res.itemErrs, ie)
+			continue
+		case b.outcomes[i] == recorded && !undone:
+			ie.Recorded = true
+			ie.Err = fmt.Errorf("%w (recorded by OnError, but the row still matches the queue query)", b.causes[i])
+			it.outcome = outcomeFailed
+		}
+		ie.Cooldown = q.cool.Add(id, b.held[i].vals, now)
+		b.res.itemErrs = append(b.res.itemErrs, ie)
+	}
+}
+
+// commit takes the completed rows out of the queue where the queue does
+// that itself (q.complete), commits, and forgets the cooldowns of the
+// rows that succeeded.
+func (b *claimTx[T]) commit(ctx context.Context) {
+	q := b.q
+	if q.complete != nil && len(b.completed) > 0 && b.open {
+		if err := q.complete(ctx, b.tx, b.prep, b.completed); err != nil {
+			b.res.err = fmt.Errorf("bunqueue: queue %q: complete: %w", q.name, err)
+			return
+		}
+	}
+	if b.open {
+		if err := b.tx.Commit(); err != nil {
+			b.open = false // database/sql has ended the transaction either way
+			b.res.err = fmt.Errorf("bunqueue: queue %q: commit: %w", q.name, err)
+			return
+		}
+		b.open = false
+	}
+	for _, id := range b.succeeded {
+		q.cool.Forget(id)
+	}
+	b.res.done = len(b.succeeded)
+}

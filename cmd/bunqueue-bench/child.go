@@ -1,0 +1,302 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/bunqueue/bunqueue"
+)
+
+// childCommand is the internal subcommand the bench re-executes its own
+// binary with, for the scenarios that need a second process. It is not in
+// the usage text.
+const childCommand = "bench-child"
+
+// childReport is what a child prints on stdout: one JSON object.
+type childReport struct {
+	// memory
+	Processed  int64   `json:"processed,omitempty"`
+	Seconds    float64 `json:"seconds,omitempty"`
+	PeakRSSKiB int64   `json:"peak_rss_kib,omitempty"` // VmHWM
+	RSSKiB     int64   `json:"rss_kib,omitempty"`      // VmRSS at the end
+
+	// enqueue
+	Enqueued     int64    `json:"enqueued,omitempty"`
+	InWindow     int64    `json:"in_window,omitempty"`
+	WindowS      float64  `json:"window_s,omitempty"`
+	EnqueueP50ms *float64 `json:"enqueue_p50_ms,omitempty"`
+	EnqueueP99ms *float64 `json:"enqueue_p99_ms,omitempty"`
+
+	// both: what the child's client counted (see result)
+	TxRetries     int64 `json:"tx_retries,omitempty"`
+	FailedBatches int64 `json:"failed_batches,omitempty"`
+	Handled       int64 `json:"handled,omitempty"`
+	Reruns        int64 `json:"handler_reruns,omitempty"`
+}
+
+// runChild runs "bunqueue-bench bench-child memory|enqueue [flags]" (internal:
+// started by the bench). The DSN comes from BUNQUEUE_MYSQL_DSN, so that it
+// does not show in the process list.
+func runChild(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || (args[0] != "memory" && args[0] != "enqueue") {
+		fmt.Fprintln(stderr, "Usage: bunqueue-bench "+childCommand+" memory|enqueue [flags] (internal: started by bunqueue-bench)")
+		return exitUsage
+	}
+	fs := flag.NewFlagSet(childCommand+" "+args[0], flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	warmup := fs.Duration("warmup", time.Second, "run before the measured window")
+	duration := fs.Duration("duration", 3*time.Second, "the measured window")
+	batch := fs.Int("batch", 50, "memory: the queue's BatchSize")
+	queue := fs.String("queue", "", "enqueue: the jobs queue")
+	rate := fs.Int("rate", 300, "enqueue: enqueues per second")
+	noPrepared := fs.Bool("no-prepared", false, "Config.NoPreparedStatements")
+	if code := parseFlags(fs, args[1:]); code >= 0 {
+		return code
+	}
+	b := newBench(dsnFrom(""), stderr)
+	b.duration, b.warmup, b.noPrepared = *duration, *warmup, *noPrepared
+	var rep childReport
+	var err error
+	switch args[0] {
+	case "memory":
+		rep, err = b.childMemory(ctx, *batch)
+	case "enqueue":
+		if *queue == "" || *rate <= 0 {
+			fmt.Fprintln(stderr, "enqueue: --queue and a positive --rate are required")
+			return exitUsage
+		}
+		rep, err = b.childEnqueue(ctx, *queue, *rate)
+	}
+	if err == nil {
+		err = b.scene.report(ctx, &rep)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "bunqueue-bench %s %s: %v\n", childCommand, args[0], err)
+		return exitError
+	}
+	if err := json.NewEncoder(stdout).Encode(rep); err != nil {
+		fmt.Fprintf(stderr, "bunqueue-bench %s: %v\n", childCommand, err)
+		return exitError
+	}
+	return exitOK
+}
+
+// childMemory runs the any-table queue over bench_items (16 workers,
+// BatchSize batch) for the warm-up and the window, and reports what it
+// processed and its RSS.
+func (b *bench) childMemory(ctx context.Context, batch int) (childReport, error) {
+	db, err := b.open(ctx, poolSize)
+	if err != nil {
+		return childReport{}, err
+	}
+	defer db.Close()
+	done := b.newTally()
+	client, err := bunqueue.NewClient(db, b.config(bunqueue.Config{}))
+	if err != nil {
+		return childReport{}, err
+	}
+	if err := client.Add(b.itemsQueue(done, &bunqueue.QueueConfig[benchItem]{Workers: workers, BatchSize: batch})); err != nil {
+		return childReport{}, err
+	}
+	began := time.Now()
+	if _, err := b.runClient(ctx, client, &done.done, db); err != nil {
+		return childReport{}, err
+	}
+	return childReport{
+		Processed:  done.done.Load(),
+		Seconds:    time.Since(began).Seconds(),
+		PeakRSSKiB: readPeakRSS(),
+		RSSKiB:     readRSS(),
+	}, nil
+}
+
+// childEnqueue enqueues latencyJobs into queue at perSecond, one autocommit
+// INSERT each, through a client that runs no workers.
+func (b *bench) childEnqueue(ctx context.Context, queue string, perSecond int) (childReport, error) {
+	db, err := b.open(ctx, 4)
+	if err != nil {
+		return childReport{}, err
+	}
+	defer db.Close()
+	client, err := bunqueue.NewClient(db, b.config(bunqueue.Config{
+		JobQueues: map[string]bunqueue.JobQueueConfig{queue: {}},
+	}))
+	if err != nil {
+		return childReport{}, err
+	}
+	opts := &bunqueue.EnqueueOpts{Queue: queue}
+	p, err := b.produce(ctx, perSecond, func(ctx context.Context, job latencyJob) error {
+		_, err := client.Enqueue(ctx, db, job, opts)
+		return err
+	})
+	if err != nil {
+		return childReport{}, err
+	}
+	return childReport{
+		Enqueued:     p.enqueued,
+		InWindow:     p.inWindow,
+		WindowS:      p.window.Seconds(),
+		EnqueueP50ms: percentile(p.enqueueTimes, 0.5),
+		EnqueueP99ms: percentile(p.enqueueTimes, 0.99),
+	}, nil
+}
+
+// selfExe returns the path to run this program's own binary: on Linux
+// /proc/self/exe, which stays this very binary even if its file is
+// replaced (rebuilt) while the bench runs; elsewhere os.Executable.
+func selfExe() (string, error) {
+	if _, err := os.Stat("/proc/self/exe"); err == nil {
+		return "/proc/self/exe", nil
+	}
+	return os.Executable()
+}
+
+// childProc is a running child.
+type childProc struct {
+	cmd    *exec.Cmd
+	stdout bytes.Buffer
+	stderr bytes.Buffer
+}
+
+// startChild starts this binary's bench-child subcommand with args, with
+// the bench's DSN in its environment. The child's stderr (its warnings) is
+// copied to the bench's progress output too.
+func (b *bench) startChild(ctx context.Context, args ...string) (*childProc, error) {
+	exe, err := selfExe()
+	if err != nil {
+		return nil, fmt.Errorf("find this program to run it as a child: %w", err)
+	}
+	if b.noPrepared {
+		args = append(args, "--no-prepared")
+	}
+	p := &childProc{cmd: exec.CommandContext(ctx, exe, append([]string{childCommand}, args...)...)}
+	p.cmd.Env = append(os.Environ(), "BUNQUEUE_MYSQL_DSN="+b.dsn)
+	p.cmd.Stdout = &p.stdout
+	p.cmd.Stderr = io.MultiWriter(&p.stderr, b.progress)
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start the child process: %w", err)
+	}
+	return p, nil
+}
+
+// wait waits for the child and returns its report.
+func (p *childProc) wait() (childReport, error) {
+	if err := p.cmd.Wait(); err != nil {
+		return childReport{}, fmt.Errorf("the child process %s failed: %w: %s", strings.Join(p.cmd.Args[1:3], " "), err, strings.TrimSpace(p.stderr.String()))
+	}
+	var rep childReport
+	if err := json.Unmarshal(p.stdout.Bytes(), &rep); err != nil {
+		return childReport{}, fmt.Errorf("the child process's report %q: %w", p.stdout.String(), err)
+	}
+	return rep, nil
+}
+
+// memory fills bench_items with rows waiting rows and has a child process,
+// which does nothing but the queue's work, run the queue (16 workers,
+// BatchSize 50) over them for the warm-up and the window; the row reports
+// the child's peak RSS.
+func (b *bench) memory(ctx context.Context, rows int) (result, error) {
+	db, err := b.open(ctx, 4)
+	if err != nil {
+		return result{}, err
+	}
+	defer db.Close()
+	defer dropTables(db, itemsTable)
+	if _, err := b.createItems(ctx, db, rows); err != nil {
+		return result{}, err
+	}
+	p, err := b.startChild(ctx, "memory", "--batch", "50", "--warmup", b.warmup.String(), "--duration", b.duration.String())
+	if err != nil {
+		return result{}, err
+	}
+	rep, err := p.wait()
+	if err != nil {
+		return result{}, err
+	}
+	b.scene.addChild(rep)
+	note := fmt.Sprintf("RSS: the child process's peak (VmHWM; %.1f MiB at its end); 16 workers, BatchSize 50, %d waiting rows, %d processed in %.1f s",
+		float64(rep.RSSKiB)/1024, rows, rep.Processed, rep.Seconds)
+	if rows != 1000 && rows != largeFull {
+		note += fmt.Sprintf(" [not %d: --quick or --large]", largeFull)
+	}
+	if base, ok := b.results["memory-1k"]; ok && rows != 1000 && base.RSSKiB > 0 {
+		note += fmt.Sprintf("; peak RSS ×%.2f of memory-1k (goal within 20%%)", float64(rep.PeakRSSKiB)/float64(base.RSSKiB))
+	}
+	return result{ItemsPerSec: float64(rep.Processed) / rep.Seconds, RSSKiB: rep.PeakRSSKiB, Note: note}, nil
+}
+
+// latencyCrossProcess is the latency scenario with the enqueues made by a
+// child process: no wake-up hook can reach this process's workers, which
+// find the jobs by polling (PollInterval left at its default).
+func (b *bench) latencyCrossProcess(ctx context.Context, perSecond int) (result, error) {
+	db, err := b.open(ctx, poolSize)
+	if err != nil {
+		return result{}, err
+	}
+	defer db.Close()
+	const queue = "bench_latency_xproc"
+	client, cleanup, err := b.jobsClient(ctx, db, queue, bunqueue.JobQueueConfig{Workers: workers})
+	if err != nil {
+		return result{}, err
+	}
+	defer cleanup()
+	rec := startRecorder{runs: b.newTally()}
+	if err := bunqueue.AddWorker(client, rec.worker()); err != nil {
+		return result{}, err
+	}
+	if err := client.Start(ctx); err != nil {
+		return result{}, err
+	}
+	stopClient := func() error {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		return client.Stop(stopCtx)
+	}
+	poll := bunqueue.PollIntervalDefault
+	rep, err := func() (childReport, error) {
+		p, err := b.startChild(ctx, "enqueue", "--queue", queue, "--rate", fmt.Sprint(perSecond),
+			"--warmup", b.warmup.String(), "--duration", b.duration.String())
+		if err != nil {
+			return childReport{}, err
+		}
+		return p.wait()
+	}()
+	if err == nil {
+		b.scene.addChild(rep)
+		// Give the last jobs a poll interval and 2 s to start.
+		rec.waitStarted(rep.Enqueued, poll+2*time.Second)
+	}
+	rss := readRSS()
+	if serr := stopClient(); err == nil && serr != nil {
+		err = fmt.Errorf("stop the client: %w", serr)
+	}
+	if err != nil {
+		return result{}, err
+	}
+	if rep.InWindow < 2 || rep.EnqueueP50ms == nil {
+		return result{}, errors.New("the child enqueued fewer than 2 jobs during the measured window")
+	}
+	lat := rec.measured()
+	note := fmt.Sprintf("a child process enqueued %d in the window (%.0f/s, the Enqueue call took p50 %.2f ms, p99 %.2f ms), %d started here",
+		rep.InWindow, float64(rep.InWindow)/rep.WindowS, *rep.EnqueueP50ms, *rep.EnqueueP99ms, len(lat))
+	r, err := latencyResult(lat, rep.InWindow, time.Duration(rep.WindowS*float64(time.Second)), rss, note)
+	if err != nil {
+		return result{}, err
+	}
+	goal := poll + 20*time.Millisecond
+	verdict := "met"
+	if r.P99ms == nil || *r.P99ms > float64(goal)/float64(time.Millisecond) {
+		verdict = "NOT met"
+	}
+	r.Note += fmt.Sprintf("; PollInterval %s (the default): goal p99 ≤ PollInterval + 20 ms = %s: %s", poll, goal, verdict)
+	return r, nil
+}

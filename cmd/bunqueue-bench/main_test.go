@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/url"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/bunqueue/bunqueue/tests/dbtest"
+)
+
+// raceBuild is set when the tests run with -race (race_test.go): the
+// binary they run is then built with -race too.
+var raceBuild bool
+
+// buildBinary builds the command into a temporary directory.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "bunqueue-bench")
+	args := []string{"build", "-o", bin}
+	if raceBuild {
+		args = append(args, "-race")
+	}
+	out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+	return bin
+}
+
+// runBinary runs bin with args and returns its stdout, stderr and exit code.
+func runBinary(t *testing.T, bin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		return out.String(), errOut.String(), exit.ExitCode()
+	}
+	require.NoError(t, err)
+	return out.String(), errOut.String(), 0
+}
+
+// pgDSN returns the tests' PostgreSQL DSN changed by edit.
+func pgDSN(t *testing.T, edit func(u *url.URL)) string {
+	t.Helper()
+	u, err := url.Parse(dbtest.PGDSN())
+	require.NoError(t, err)
+	edit(u)
+	return u.String()
+}
+
+func TestCommand(t *testing.T) {
+	bin := buildBinary(t)
+
+	t.Run("help", func(t *testing.T) {
+		_, stderr, code := runBinary(t, bin, "--help")
+		require.Equal(t, exitOK, code)
+		require.Contains(t, stderr, "Usage: bunqueue-bench")
+		require.Contains(t, stderr, "-quick")
+		require.NotContains(t, stderr, childCommand, "the internal subcommand is not in the usage text")
+	})
+
+	t.Run("unexpected argument", func(t *testing.T) {
+		stdout, stderr, code := runBinary(t, bin, "bench")
+		require.Equal(t, exitUsage, code)
+		require.Empty(t, stdout)
+		require.Contains(t, stderr, `unexpected argument "bench"`)
+		require.Contains(t, stderr, "Usage: bunqueue-bench")
+	})
+
+	t.Run("bench-child needs a mode", func(t *testing.T) {
+		_, stderr, code := runBinary(t, bin, childCommand)
+		require.Equal(t, exitUsage, code)
+		require.Contains(t, stderr, "internal")
+	})
+
+	t.Run("bad flag", func(t *testing.T) {
+		_, stderr, code := runBinary(t, bin, "--only", "nosuchscenario")
+		require.Equal(t, exitUsage, code)
+		require.Contains(t, stderr, "nosuchscenario")
+	})
+
+	t.Run("bench ceiling", func(t *testing.T) {
+		stdout, stderr, code := runBinary(t, bin, "--duration", "300ms", "--only", "ceiling,fleet-lock-3x4", "--fleet-backlog", "200")
+		require.Equal(t, exitOK, code, "stderr: %s", stderr)
+		require.Contains(t, stdout, "tx retries  failed batches  re-runs  re-run %")
+		for _, name := range []string{"ceiling-1", "ceiling-16", "fleet-lock-3x4"} {
+			f := tableRow(t, stdout, name)
+			rate, err := strconv.ParseFloat(f[2], 64)
+			require.NoError(t, err)
+			require.Positive(t, rate, "%s: items/s", name)
+			if name != "fleet-lock-3x4" {
+				require.Equal(t, []string{"-", "-", "-", "-"}, f[10:14], "%s: a plain-SQL row has no conflict columns", name)
+				continue
+			}
+			for _, v := range f[10:13] { // tx retries, failed batches, re-runs
+				_, err := strconv.ParseUint(v, 10, 64)
+				require.NoError(t, err, "%s: not a count", name)
+			}
+			_, err = strconv.ParseFloat(f[13], 64)
+			require.NoError(t, err, "%s: re-run %% not a number", name)
+		}
+	})
+
+	// Every scenario added after the first version, very short, with the
+	// baselines they pull in (the 16-connection ceiling, table-b1,
+	// table-b50, jobs-lock-b1, jobs-lock-b50).
+	t.Run("bench new scenarios", func(t *testing.T) {
+		only := []string{"backlog-1m", "tracing-on", "table-defaults", "latency-xproc", "jobs-defaults",
+			"post-burst-table", "post-burst-jobs", "memory-1k", "memory-1m", "post-burst-held",
+			"write-only", "write-only-b50", "write-only-jobs", "write-only-jobs-b50", "design-bound", "design-bound-b50", "design-bound-jobs", "design-bound-prepared",
+			"table-b1-prepared-handler", "fleet-lock-3x4", "fleet-lock-3x16", "fleet-lease-3x4", "fleet-lease-3x16", "fleet-table-3x4", "fleet-table-3x16"}
+		if batchFnScenario != nil {
+			only = append(only, batchFnScenario.name)
+		}
+		// Half-second windows: in 300 ms a loaded machine saw no 50-row
+		// transaction of design-bound-b50 commit.
+		stdout, stderr, code := runBinary(t, bin, "--json", "--duration", "500ms",
+			"--large", "20000", "--burst", "2000", "--fleet-backlog", "300", "--only", strings.Join(only, ","))
+		require.Equal(t, exitOK, code, "stderr: %s", stderr)
+		var rep report
+		require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
+		rows := map[string]result{}
+		for _, r := range rep.Results {
+			rows[r.Scenario] = r
+			require.Positive(t, r.RSSKiB, "%s: no RSS", r.Scenario)
+		}
+		for _, name := range append(only, "ceiling-16", "table-b1", "table-b50", "jobs-lock-b1", "jobs-lock-b50") {
+			r, ok := rows[name]
+			require.True(t, ok, "no %s row in:\n%s", name, stdout)
+			require.Positive(t, r.ItemsPerSec, "%s: no items/s", name)
+			require.Positive(t, r.Concurrency, "%s: no concurrency", name)
+		}
+		require.Contains(t, rows["backlog-1m"].Note, "of table-b1")
+		require.Contains(t, rows["tracing-on"].Note, "of table-b50")
+		require.Contains(t, rows["tracing-on"].Note, "client CPU")
+		// The server runs on this machine: both CPU figures are there.
+		for _, name := range []string{"ceiling-16", "table-b1", "write-only", "write-only-jobs-b50", "tracing-on"} {
+			require.NotNil(t, rows[name].ClientCPU, "%s: no client CPU", name)
+			require.Positive(t, *rows[name].ClientCPU, "%s: client CPU", name)
+			require.NotNil(t, rows[name].ServerCPU, "%s: no server CPU", name)
+		}
+		require.Nil(t, rows["latency-xproc"].ClientCPU, "a rate set by a producer has no CPU per item")
+		require.Contains(t, rows["table-defaults"].Note, "of the best tuned per-item row")
+		require.Contains(t, rows["jobs-defaults"].Note, "of the best tuned lock-mode row")
+		require.NotNil(t, rows["table-defaults"].Ratio, "table-defaults: no ratio to the 16-connection ceiling")
+		x := rows["latency-xproc"]
+		require.NotNil(t, x.P50ms)
+		require.NotNil(t, x.P95ms)
+		require.NotNil(t, x.P99ms)
+		require.Contains(t, x.Note, "PollInterval")
+		require.Contains(t, rows["memory-1k"].Note, "VmHWM")
+		require.Contains(t, rows["memory-1m"].Note, "of memory-1k")
+		require.Contains(t, rows["post-burst-held"].Note, "read view")
+		requireConflictColumns(t, rows)
+		for _, name := range only {
+			if strings.HasPrefix(name, "fleet-") {
+				requireFleetHandledAll(t, rows[name], 300)
+			}
+		}
+		require.Equal(t, 12, rows["fleet-lock-3x4"].Concurrency)
+		require.Equal(t, 48, rows["fleet-table-3x16"].Concurrency)
+	})
+}
+
+// tableRow returns the fields of the row of scenario name in the bench's
+// table.
+func tableRow(t *testing.T, table, name string) []string {
+	t.Helper()
+	for _, line := range strings.Split(table, "\n") {
+		if f := strings.Fields(line); len(f) >= 15 && f[0] == name {
+			return f
+		}
+	}
+	require.Fail(t, "no row", "no %s row in:\n%s", name, table)
+	return nil
+}
+
+// plainSQL reports whether the scenario name runs plain SQL, no bunqueue
+// client.
+func plainSQL(name string) bool {
+	for _, p := range []string{"ceiling-", "write-only", "design-bound", "seed-baseline"} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// requireConflictColumns checks that every row that ran bunqueue clients
+// has its conflict counts, and that the plain-SQL rows have none.
+func requireConflictColumns(t *testing.T, rows map[string]result) {
+	t.Helper()
+	for name, r := range rows {
+		if plainSQL(name) {
+			require.Nil(t, r.TxRetries, name)
+			require.Nil(t, r.Reruns, name)
+			continue
+		}
+		for what, v := range map[string]*int64{"tx retries": r.TxRetries, "failed batches": r.FailedBatches, "handled": r.Handled, "re-runs": r.Reruns} {
+			require.NotNil(t, v, "%s: no %s", name, what)
+			require.GreaterOrEqual(t, *v, int64(0), "%s: %s", name, what)
+		}
+		require.NotNil(t, r.RerunShare, name)
+	}
+}
+
+// requireFleetHandledAll checks that a fleet scenario handled each of its
+// items: the backlog of n and what its producers enqueued, none left.
+func requireFleetHandledAll(t *testing.T, r result, n int64) {
+	t.Helper()
+	require.Contains(t, r.Note, "none left", r.Scenario)
+	require.NotContains(t, r.Note, "FAILED", r.Scenario)
+	require.NotNil(t, r.Handled, r.Scenario)
+	require.Greater(t, *r.Handled, n, "%s: the backlog and the producers' items", r.Scenario)
+}

@@ -1,0 +1,107 @@
+package jobsql
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/uptrace/bun"
+)
+
+// completion returns the statement that completes the jobs its WHERE
+// clause (to be appended) picks: a DELETE, or, to keep them (for
+// Config.Retention), an UPDATE to Completed.
+func (s SQL) completion(keep bool) string {
+	if keep {
+		return "UPDATE " + Jobs + " SET " + s.completedSet() + " WHERE "
+	}
+	return "DELETE FROM " + Jobs + " WHERE "
+}
+
+// completedSet is the SET list that keeps a job as completed: its unique
+// key is released, as a deleted job's is.
+func (s SQL) completedSet() string {
+	return "state = " + strconv.Itoa(Completed) + ", completed_at = " + s.d.Now() +
+		", unique_key = NULL, lease_token = NULL, last_error = NULL"
+}
+
+// Complete deletes the job id, or keeps it as completed; with a lease
+// token, only while the job is leased with it. It reports whether it
+// changed the job.
+func (s SQL) Complete(ctx context.Context, db bun.IDB, keep bool, id int64, token string) (bool, error) {
+	where, args := byLease(id, token)
+	return affected(db.NewRaw(s.completion(keep)+where, args...).Exec(ctx))
+}
+
+// CompleteOne is the statement that completes one job, as Complete does
+// without a token, whose id is the argument marker: "?" for bun, or the
+// dialect's Placeholder(1) for a statement prepared on the server.
+func (s SQL) CompleteOne(keep bool, marker string) string {
+	return s.completion(keep) + "id = " + marker
+}
+
+// CompleteHeld completes the jobs of ids, which tx holds locked, with one
+// statement that reads them through the primary key whatever the table's
+// statistics say. A plain DELETE … WHERE id IN (…) is planned by MySQL
+// and MariaDB as a scan of the table when its statistics say that it is
+// small, as a queue's table often is, and such a DELETE waits for every
+// row it reads that other workers hold: two of them, each holding what
+// the other waits for, deadlock. An UPDATE takes the index hint (and
+// does not wait for rows whose last committed version does not match, at
+// READ COMMITTED); a DELETE is the dialect's DeleteIDs.
+func (s SQL) CompleteHeld(ctx context.Context, tx bun.IDB, keep bool, ids []int64) error {
+	if keep {
+		return exec(ctx, tx, "UPDATE "+s.byIDs()+" SET "+s.completedSet()+" WHERE id IN (?)", bun.List(ids))
+	}
+	return exec(ctx, tx, s.d.DeleteIDs(Jobs, len(ids)), int64Args(ids)...)
+}
+
+// Snooze reschedules the job id to run after d, with attempts as its
+// count of attempts, and ends its lease; with a lease token, only while
+// the job is leased with it. It reports whether it changed the job.
+func (s SQL) Snooze(ctx context.Context, db bun.IDB, id int64, token string, attempts int, d time.Duration) (bool, error) {
+	where, args := byLease(id, token)
+	return affected(db.NewRaw("UPDATE "+Jobs+" SET attempts = ?, lease_token = NULL, run_at = "+s.d.NowPlus(d)+" WHERE "+where,
+		append([]any{attempts}, args...)...).Exec(ctx))
+}
+
+// ScheduleRetry records a failed attempt of the job id, attempts and its
+// error, and schedules the next attempt after wait, ending its lease;
+// with a lease token, only while the job is leased with it. It reports
+// whether it changed the job.
+func (s SQL) ScheduleRetry(ctx context.Context, db bun.IDB, id int64, token string, attempts int, lastError string, wait time.Duration) (bool, error) {
+	where, args := byLease(id, token)
+	return affected(db.NewRaw("UPDATE "+Jobs+" SET attempts = ?, lease_token = NULL, last_error = ?, run_at = "+s.d.NowPlus(wait)+" WHERE "+where,
+		append([]any{attempts, lastError}, args...)...).Exec(ctx))
+}
+
+// MoveToFailed moves the job id to the failed jobs, with attempts and the
+// error of its last attempt; with a lease token, only while the job is
+// leased with it. Its payload is copied in SQL, byte for byte. It runs
+// two statements: db must be a transaction, or the job could be in both
+// tables. It reports whether it moved the job.
+func (s SQL) MoveToFailed(ctx context.Context, db bun.IDB, id int64, token string, attempts int, errorText string) (bool, error) {
+	where, args := byLease(id, token)
+	moved, err := affected(db.NewRaw(`INSERT INTO `+Failed+`
+	(job_id, queue, kind, args, metadata, priority, attempts, max_attempts, unique_key, error, created_at, failed_at, trace_context)
+SELECT id, queue, kind, args, metadata, priority, ?, max_attempts, unique_key, ?, created_at, `+s.d.Now()+`, trace_context
+FROM `+Jobs+` WHERE `+where, append([]any{attempts, errorText}, args...)...).Exec(ctx))
+	if err != nil || !moved {
+		return false, err
+	}
+	return affected(db.NewRaw("DELETE FROM "+Jobs+" WHERE id = ?", id).Exec(ctx))
+}
+
+// DeleteCompleted deletes, by primary key, up to limit of the jobs kept
+// completed that completed more than age ago, oldest first, read through
+// the (state, completed_at, id) index. It returns how many it found to
+// delete: fewer than limit when no more are due.
+func (s SQL) DeleteCompleted(ctx context.Context, db bun.IDB, age time.Duration, limit int) (int, error) {
+	var ids []int64
+	err := db.NewRaw("SELECT id FROM "+Jobs+" WHERE state = ? AND completed_at < "+s.d.NowPlus(-age)+
+		" ORDER BY state, completed_at, id LIMIT "+strconv.Itoa(limit), Completed).Scan(ctx, &ids)
+	if err == nil && len(ids) > 0 {
+		err = exec(ctx, db, "DELETE FROM "+Jobs+" WHERE id IN (?) AND state = ?", bun.List(ids), Completed)
+	}
+	return len(ids), err
+}

@@ -1,0 +1,45 @@
+package jobsql
+
+import (
+	"context"
+	"time"
+
+	"github.com/uptrace/bun"
+)
+
+// Lease leases the jobs of ids, which tx holds locked, to token for lease
+// from now by the database clock, and counts an attempt for each: their
+// run_at becomes the lease's end.
+func (s SQL) Lease(ctx context.Context, tx bun.IDB, ids []int64, token string, lease time.Duration) error {
+	return exec(ctx, tx, "UPDATE "+s.byIDs()+" SET attempts = attempts + 1, lease_token = ?, run_at = "+s.d.NowPlus(lease)+" WHERE id IN (?)",
+		token, bun.List(ids))
+}
+
+// Release gives the job id back to its queue at once, without using the
+// attempt its lease counted, if it is still leased with token. It reports
+// whether it did.
+func (s SQL) Release(ctx context.Context, db bun.IDB, id int64, token string) (bool, error) {
+	return affected(db.NewRaw("UPDATE "+Jobs+" SET attempts = attempts - 1, lease_token = NULL, run_at = "+s.d.Now()+" WHERE id = ? AND lease_token = ?",
+		id, token).Exec(ctx))
+}
+
+// Extend pushes the leases of the jobs of ids that are still leased with
+// token to lease from now, by the database clock, and returns how many it
+// extended: zero when the server does not say, so that the caller reads
+// which are still leased (Leased).
+func (s SQL) Extend(ctx context.Context, db bun.IDB, ids []int64, token string, lease time.Duration) (int64, error) {
+	r, err := db.NewRaw("UPDATE "+s.byIDs()+" SET run_at = "+s.d.NowPlus(lease)+" WHERE id IN (?) AND lease_token = ?",
+		bun.List(ids), token).Exec(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := r.RowsAffected()
+	return n, nil
+}
+
+// Leased returns which of the jobs of ids are still leased with token.
+func (s SQL) Leased(ctx context.Context, db bun.IDB, ids []int64, token string) ([]int64, error) {
+	var still []int64
+	err := scan(ctx, db, &still, "SELECT id FROM "+s.byIDs()+" WHERE id IN (?) AND lease_token = ?", bun.List(ids), token)
+	return still, err
+}

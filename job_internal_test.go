@@ -1,0 +1,30 @@
+package bunqueue
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun/dialect/mysqldialect"
+	"github.com/uptrace/bun/schema"
+
+	"github.com/bunqueue/bunqueue/internal/jobsql"
+)
+
+// The models of the jobs tables, whose tags cannot name a constant, name
+// the tables jobsql's statements run on, and FailedJob has a field for
+// each column that jobsql reads into it, in the table's order.
+func TestJobModelsNameTheJobsTables(t *testing.T) {
+	t.Parallel()
+	tables := schema.NewTables(mysqldialect.New())
+	jobs := tables.Get(reflect.TypeFor[jobRow]())
+	require.Equal(t, jobsql.Jobs, jobs.Name)
+	failed := tables.Get(reflect.TypeFor[FailedJob]())
+	require.Equal(t, jobsql.Failed, failed.Name)
+	var cols []string
+	for _, f := range failed.Fields {
+		cols = append(cols, f.Name)
+	}
+	require.Equal(t, strings.Split(jobsql.FailedColumns, ", "), cols)
+}

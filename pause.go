@@ -1,0 +1,272 @@
+package bunqueue
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/dialect"
+
+	"github.com/bunqueue/bunqueue/internal/migrate"
+	"github.com/bunqueue/bunqueue/internal/signal"
+)
+
+// A paused queue is kept in the bunqueue_queues table (Migrate creates
+// it), so that every process sees it: a started client reads the paused
+// flags of its queues with its idle probe, one statement per poll
+// interval whether or not any queue is idle (see idle.go). A queue it
+// finds paused stops handing out rows: the rows its workers already hold
+// finish, the rows read but not yet taken are dropped, and its feed reads
+// nothing, and is probed for nothing, until the queue is resumed.
+
+// PauseQueue pauses the queue named name, a table queue's or a jobs
+// queue's, for every process on the database: within a poll interval of
+// its return, no client starts another of its rows or jobs; the ones in
+// flight finish. Pausing a paused queue changes nothing. A queue that no
+// client runs may be paused: it starts paused. Jobs may still be
+// enqueued to a paused queue; they wait.
+//
+// It needs the bunqueue_queues table of schema version 3 (Migrate); a
+// client started before the table existed does not see pauses until it
+// is started again.
+func (c *Client) PauseQueue(ctx context.Context, name string) error {
+	return c.setPaused(ctx, name, true)
+}
+
+// ResumeQueue resumes the queue named name, paused by PauseQueue in any
+// process: within a poll interval of its return, the clients that run it
+// hand out its rows again. Resuming a queue that is not paused changes
+// nothing.
+func (c *Client) ResumeQueue(ctx context.Context, name string) error {
+	return c.setPaused(ctx, name, false)
+}
+
+func (c *Client) setPaused(ctx context.Context, name string, paused bool) error {
+	op := "PauseQueue"
+	if !paused {
+		op = "ResumeQueue"
+	}
+	if err := checkQueueName(name); err != nil {
+		return fmt.Errorf("bunqueue: %s: %w", op, err)
+	}
+	query := c.pauseSQL()
+	if !paused {
+		query = "UPDATE " + migrate.QueuesTable + " SET paused_at = NULL, updated_at = " + c.dialect.Now() + " WHERE name = ?"
+	}
+	err := c.retry(ctx, func() error { // a conflict, or SQLite's busy lock
+		_, err := c.db.NewRaw(query, name).Exec(ctx)
+		return err
+	})
+	if err != nil {
+		if c.dialect.MissingTable(err) {
+			return fmt.Errorf("bunqueue: %s(%q): the %s table is missing (run bunqueue.Migrate, or apply bunqueue.MigrationSQL): %w",
+				op, name, migrate.QueuesTable, err)
+		}
+		return fmt.Errorf("bunqueue: %s(%q): %w", op, name, c.dialect.Advise(err))
+	}
+	c.applyPause(name, paused) // this process at once
+	if c.notifies() {
+		// Other processes that listen see it now, the others at their
+		// next read of the flags: a lost signal costs that wait.
+		kind := signal.KindPause
+		if !paused {
+			kind = signal.KindResume
+		}
+		if err := c.signal(ctx, c.db, signal.Message{Kind: kind, Queue: name}); err != nil {
+			c.cfg.Logger.WarnContext(ctx, "bunqueue: "+op+": other processes see it at their next poll: notifying them failed", "queue", name, "error", err)
+		}
+	}
+	return nil
+}
+
+// pauseSignal returns the subscriber that applies the pause or resume
+// signals of other processes. A signal that names no queue (listening
+// began again) changes nothing: the flags are read every poll interval.
+func (c *Client) pauseSignal(paused bool) func(signal.Message) {
+	return func(m signal.Message) {
+		if m.Queue != "" {
+			c.applyPause(m.Queue, paused)
+		}
+	}
+}
+
+// PausedQueues returns the names of the paused queues, sorted, whichever
+// processes run them; none if the bunqueue_queues table is missing.
+func (c *Client) PausedQueues(ctx context.Context) ([]string, error) {
+	names, _, err := c.readPaused(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bunqueue: PausedQueues: %w", c.dialect.Advise(err))
+	}
+	return names, nil
+}
+
+// readPaused returns the names of the paused queues, sorted; found is
+// false, with no error, if the queues table does not exist.
+func (c *Client) readPaused(ctx context.Context) (names []string, found bool, err error) {
+	err = c.db.NewRaw("SELECT name FROM "+migrate.QueuesTable+" WHERE paused_at IS NOT NULL ORDER BY name").Scan(ctx, &names)
+	switch {
+	case err != nil && c.dialect.MissingTable(err):
+		return nil, false, nil
+	case err != nil && !errors.Is(err, sql.ErrNoRows):
+		return nil, true, err
+	}
+	return names, true, nil
+}
+
+// pauseSQL is the upsert that marks a queue paused, keeping the time of
+// the first pause.
+func (c *Client) pauseSQL() string {
+	now := c.dialect.Now()
+	insert := "INSERT INTO " + migrate.QueuesTable + " (name, paused_at, updated_at) VALUES (?, " + now + ", " + now + ")"
+	if c.db.Dialect().Name() == dialect.MySQL {
+		return insert + " ON DUPLICATE KEY UPDATE paused_at = COALESCE(paused_at, " + now + "), updated_at = " + now
+	}
+	return insert + " ON CONFLICT (name) DO UPDATE SET paused_at = COALESCE(" + migrate.QueuesTable + ".paused_at, excluded.paused_at), updated_at = excluded.updated_at"
+}
+
+// checkQueueName returns what makes name unfit for the queues table.
+func checkQueueName(name string) error {
+	if name == "" || len(name) > 128 {
+		return fmt.Errorf("the queue name must have 1 to 128 bytes, got %q", name)
+	}
+	return checkText("the queue name", name)
+}
+
+// pauseColumn is the idle probe's column that tells whether the queue
+// named name is paused: 1 if it is, NULL if not.
+func pauseColumn(db bun.IDB, name string) *bun.SelectQuery {
+	return db.NewSelect().TableExpr(migrate.QueuesTable).ColumnExpr("1").
+		Where("name = ?", name).Where("paused_at IS NOT NULL")
+}
+
+// pauseGate is whether a started runner's queue is paused.
+type pauseGate struct {
+	mu      sync.Mutex
+	paused  bool
+	resumed chan struct{} // closed while not paused
+	onPause func()        // drops the feed's rows not yet taken
+}
+
+func newPauseGate() *pauseGate {
+	g := &pauseGate{resumed: make(chan struct{})}
+	close(g.resumed)
+	return g
+}
+
+// set pauses or resumes the queue; it reports whether that changed it.
+func (g *pauseGate) set(paused bool) bool {
+	g.mu.Lock()
+	if g.paused == paused {
+		g.mu.Unlock()
+		return false
+	}
+	g.paused = paused
+	if paused {
+		g.resumed = make(chan struct{})
+	} else {
+		close(g.resumed)
+	}
+	onPause := g.onPause
+	g.mu.Unlock()
+	if paused && onPause != nil {
+		onPause()
+	}
+	return true
+}
+
+// wait returns a channel closed when the queue is not paused.
+func (g *pauseGate) wait() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.resumed
+}
+
+// isPaused reports whether the queue is paused.
+func (g *pauseGate) isPaused() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.paused
+}
+
+// pauses is a started client's view of its queues' pause flags.
+type pauses struct {
+	on      bool // the queues table existed at Start
+	names   []string
+	runners map[string][]*runner
+	every   time.Duration // the shortest poll interval of the queues
+}
+
+// newPauses gathers runners by name, and reads their flags once, so that
+// a queue paused before Start starts paused. A missing queues table turns
+// pauses off, with a line in the log.
+func (c *Client) newPauses(ctx context.Context, runners []*runner) (*pauses, error) {
+	p := &pauses{runners: map[string][]*runner{}}
+	for _, r := range runners {
+		if r.gate == nil {
+			r.gate = newPauseGate()
+		}
+		if p.every == 0 || r.poll < p.every {
+			p.every = r.poll
+		}
+		if checkQueueName(r.name) != nil {
+			continue // it cannot be paused
+		}
+		if p.runners[r.name] == nil {
+			p.names = append(p.names, r.name)
+		}
+		p.runners[r.name] = append(p.runners[r.name], r)
+	}
+	if len(p.names) == 0 {
+		return p, nil
+	}
+	paused, found, err := c.readPaused(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bunqueue: read the paused queues: %w", err)
+	}
+	p.on = found
+	if !p.on {
+		c.cfg.Logger.InfoContext(ctx, "bunqueue: PauseQueue is not seen by this client: the "+migrate.QueuesTable+
+			" table is missing (run bunqueue.Migrate, then start the client again)")
+	}
+	for _, name := range paused {
+		for _, r := range p.runners[name] {
+			r.gate.set(true)
+		}
+	}
+	return p, nil
+}
+
+// columns returns the idle probe's columns that read the flags, in the
+// order of p.names; none if pauses are off.
+func (p *pauses) columns(db bun.IDB) []*bun.SelectQuery {
+	if p == nil || !p.on {
+		return nil
+	}
+	cols := make([]*bun.SelectQuery, len(p.names))
+	for i, name := range p.names {
+		cols[i] = pauseColumn(db, name)
+	}
+	return cols
+}
+
+// applyPause pauses or resumes the started runners of the queue named
+// name in this process, and logs a change.
+func (c *Client) applyPause(name string, paused bool) {
+	p := c.pauses.Load()
+	if p == nil {
+		return
+	}
+	for _, r := range p.runners[name] {
+		if r.gate.set(paused) {
+			msg := "bunqueue: queue paused"
+			if !paused {
+				msg = "bunqueue: queue resumed"
+			}
+			c.cfg.Logger.Info(msg, "queue", name)
+		}
+	}
+}
