@@ -27,9 +27,20 @@ const (
 // processed left the queue, settles each row's outcome and commits.
 func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []feedKey) batchResult {
 	b := &claimTx[T]{q: q, s: s, limit: limit, keys: keys, prep: s != nil && q.prepares}
-	ctx, b.span = q.client.tel.startBatch(ctx, q.name)
 	defer b.end()
-	if !b.begin(ctx) || !b.claim(ctx) || !b.run(ctx) || !b.recheck(ctx) || !b.undo(ctx) {
+	// Under a GlobalLimit the batch's span starts once the transaction
+	// holds a slot, so that a worker waiting for one leaves no trace per
+	// look; else before BEGIN, so that the whole transaction is in it.
+	if q.slots == nil {
+		ctx, b.span = q.client.tel.startBatch(ctx, q.name)
+	}
+	if !b.begin(ctx) || !b.takeSlot(ctx) {
+		return b.res
+	}
+	if b.span == nil {
+		ctx, b.span = q.client.tel.startBatch(ctx, q.name)
+	}
+	if !b.claim(ctx) || !b.run(ctx) || !b.recheck(ctx) || !b.undo(ctx) {
 		return b.res
 	}
 	b.settle()
@@ -86,7 +97,9 @@ func (b *claimTx[T]) end() {
 		}
 		tel.end(it)
 	}
-	tel.endSpan(b.span, b.res.err)
+	if b.span != nil {
+		tel.endSpan(b.span, b.res.err)
+	}
 }
 
 // begin starts the transaction, on the worker's session if it has one,
@@ -103,6 +116,20 @@ func (b *claimTx[T]) begin(ctx context.Context) bool {
 	b.tx, b.open = tx, true
 	if b.sessionID, err = q.sessionID(ctx, b.s, tx); err != nil {
 		b.res.err = fmt.Errorf("bunqueue: queue %q: %w", q.name, err)
+		return false
+	}
+	return true
+}
+
+// takeSlot locks a slot of the queue's GlobalLimit, if it has one, for
+// the transaction's duration; the path ends with errLimited if every
+// slot is held.
+func (b *claimTx[T]) takeSlot(ctx context.Context) bool {
+	if b.q.slots == nil {
+		return true
+	}
+	if _, err := b.q.slots.take(ctx, b.tx); err != nil {
+		b.res.err = err
 		return false
 	}
 	return true

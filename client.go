@@ -183,6 +183,9 @@ func (c *Client) check(ctx context.Context, runners []*runner) error {
 		if err := c.checkQueue(ctx, r); err != nil {
 			return err
 		}
+		if err := r.slots.ensure(ctx, c); err != nil {
+			return err
+		}
 	}
 	if err := c.checkJobsTables(ctx); err != nil {
 		return err
@@ -405,6 +408,10 @@ func (c *Client) work(ctx context.Context, r *runner, f *feed) {
 		switch {
 		case res.err == nil:
 			w.failures = 0
+		case errors.Is(res.err, errLimited):
+			if !w.awaitSlot() {
+				return
+			}
 		case ctx.Err() != nil:
 			return // Stop cancelled the batch
 		case !w.backOff(ctx, res.err):
@@ -459,7 +466,9 @@ func (w *worker) process(ctx context.Context, keys []feedKey) batchResult {
 		// now, so that the batch's locks are gone when Stop returns.
 		w.c.endSession(ctx, w.s)
 	}
-	w.s.failed(res.err)
+	if !errors.Is(res.err, errLimited) {
+		w.s.failed(res.err) // a batch that found no slot keeps its session
+	}
 	w.f.finish(keys, res)
 	if w.r.selfSized && res.err == nil {
 		w.size = resize(w.size, len(keys), time.Since(began), w.r.batch)

@@ -103,6 +103,13 @@ type JobQueueConfig struct {
 	// after the client's.
 	Hooks []Hook
 
+	// GlobalLimit, if not zero, is the most jobs of this queue that run
+	// at once across every process that runs it: see
+	// QueueConfig.GlobalLimit. In lease mode a worker's slot is leased
+	// with its jobs and, if its process dies, free again when the lease
+	// runs out.
+	GlobalLimit int
+
 	selfSized bool // BatchSize was left zero
 }
 
@@ -265,6 +272,21 @@ type QueueConfig[T any] struct {
 	// after the client's.
 	Hooks []Hook
 
+	// GlobalLimit, if not zero, is the most handlers of this queue that
+	// run at once across every process that runs it (a batch's handlers
+	// run one after the other; a batch handler's call is one). A worker
+	// runs a transaction only while it holds one of the queue's
+	// GlobalLimit slots, rows of the bunqueue_slots table (Migrate creates
+	// it, also for table queues), which it locks in the transaction with
+	// SKIP LOCKED: the slot is free again when the transaction ends, or
+	// when the server ends the session of a process that died. A worker
+	// that finds every slot held waits about 25ms and looks again. A
+	// process runs at most GlobalLimit workers of the queue. Processes
+	// that run the queue should agree on the limit: each one honours its
+	// own. Zero (the default) means no limit, and no statement on the
+	// slots table.
+	GlobalLimit int
+
 	// TraceColumn names a column of the table that holds a W3C
 	// traceparent (fill it with TraceParent(ctx) when the app inserts the
 	// row), so that the row's process span links to the request that made
@@ -350,6 +372,8 @@ func (c Config) validate() error {
 			return field("Timeout", q.Timeout)
 		case q.PollInterval < 0:
 			return field("PollInterval", q.PollInterval)
+		case q.GlobalLimit < 0:
+			return field("GlobalLimit", q.GlobalLimit)
 		case q.Mode != ModeLock && q.Mode != ModeLease:
 			return fmt.Errorf("bunqueue: Config.JobQueues[%q].Mode must be ModeLock or ModeLease, got %d", name, int(q.Mode))
 		case q.Mode == ModeLease && q.Lease < time.Second:
@@ -392,6 +416,8 @@ func (c *QueueConfig[T]) validate(queue string) error {
 		return field("Cooldown", c.Cooldown)
 	case c.Timeout < 0:
 		return field("Timeout", c.Timeout)
+	case c.GlobalLimit < 0:
+		return field("GlobalLimit", c.GlobalLimit)
 	}
 	return nil
 }

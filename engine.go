@@ -64,6 +64,8 @@ type runner struct {
 	checkQuery func(ctx context.Context) error
 	// gate, set by Start, is whether the queue is paused (pause.go).
 	gate *pauseGate
+	// slots are the queue's GlobalLimit, nil without one (limit.go).
+	slots *slots
 
 	queueEngine
 }

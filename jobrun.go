@@ -26,10 +26,10 @@ func (c *Client) jobRunners() []*runner {
 	for name, qc := range c.cfg.JobQueues {
 		h := newHooks(c.cfg.Hooks, qc.Hooks)
 		if qc.Mode == ModeLease {
-			l := &leaseRunner{c: c, queue: name, cfg: qc, hooks: h, jobs: jobsQueue(c, name, leaseHandler, nil)}
+			l := &leaseRunner{c: c, queue: name, cfg: qc, hooks: h, jobs: jobsQueue(c, name, leaseHandler, nil), slots: c.newSlots(name, qc.GlobalLimit)}
 			runners = append(runners, &runner{
-				name: name, runSettings: runSettings{workers: qc.Workers, batch: qc.BatchSize, selfSized: qc.selfSized, poll: qc.PollInterval},
-				wake: make(chan struct{}, 1), queueEngine: l,
+				name: name, runSettings: runSettings{workers: limitedWorkers(qc.Workers, qc.GlobalLimit), batch: qc.BatchSize, selfSized: qc.selfSized, poll: qc.PollInterval},
+				wake: make(chan struct{}, 1), slots: l.slots, queueEngine: l,
 			})
 			continue
 		}
@@ -38,7 +38,7 @@ func (c *Client) jobRunners() []*runner {
 				return c.runLocked(ctx, tx, row, h)
 			},
 			&QueueConfig[jobRow]{
-				Workers: qc.Workers, BatchSize: batchSize(qc), PollInterval: qc.PollInterval, Timeout: qc.Timeout,
+				Workers: qc.Workers, BatchSize: batchSize(qc), PollInterval: qc.PollInterval, Timeout: qc.Timeout, GlobalLimit: qc.GlobalLimit,
 				OnError: func(ctx context.Context, tx bun.Tx, row *jobRow, cause error) error {
 					fate := newJobFate(row, row.Attempts+1)
 					noteJobFate(ctx, fate) // for the worker's log line

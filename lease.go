@@ -32,6 +32,7 @@ type leaseRunner struct {
 	queue string
 	cfg   JobQueueConfig
 	hooks hooks
+	slots *slots // the GlobalLimit's, nil without one (limit.go)
 }
 
 // fetch reads the keys of the next waiting jobs (see Queue.fetch).
@@ -65,14 +66,19 @@ func (l *leaseRunner) runBatch(ctx context.Context, _ *session, limit int, keys 
 	var rows []jobRow
 	var token string
 	var claimed time.Time
+	slot := -1
 	began := time.Now()
 	err := l.c.retry(ctx, func() (err error) {
 		// Taken before the claim's UPDATE sets the leases from the database
 		// clock: they end no earlier than claimed + Lease.
 		claimed = time.Now()
-		rows, token, err = l.claim(ctx, limit, keys, &res)
+		rows, token, slot, err = l.claim(ctx, limit, keys, &res)
 		return err
 	})
+	if errors.Is(err, errLimited) {
+		res.err = err
+		return res
+	}
 	l.c.tel.claimDuration.Record(ctx, time.Since(began).Seconds(), metric.WithAttributes(semconv.MessagingDestinationName(l.queue)))
 	if err != nil {
 		res.err = fmt.Errorf("bunqueue: queue %q: lease: %w", l.queue, err)
@@ -85,7 +91,11 @@ func (l *leaseRunner) runBatch(ctx context.Context, _ *session, limit int, keys 
 	if len(rows) == 0 {
 		return res
 	}
+	if slot >= 0 {
+		defer l.freeSlot(ctx, slot, token) // after the keeper stops
+	}
 	keeper := newLeaseKeeper(l, rows, token, claimed)
+	keeper.slot = slot
 	go keeper.beat(ctx)
 	defer keeper.stop()
 	for i := range rows {
@@ -99,23 +109,31 @@ func (l *leaseRunner) runBatch(ctx context.Context, _ *session, limit int, keys 
 }
 
 // claim locks waiting jobs, moves those whose last attempt's lease expired
-// to the failed jobs, and leases the others with a fresh token.
+// to the failed jobs, and leases the others with a fresh token. With a
+// GlobalLimit it first takes a free slot (errLimited if there is none),
+// and leases it with the jobs: slot is -1 if it leased none.
 //
 // The transaction does not end with ctx: a driver that sends COMMIT under
 // a context that Stop cancels (pgx does) reports an error after the server
 // may have committed, and the jobs would stay leased, not run, until their
 // leases ran out. The caller releases what it claimed if ctx has ended.
-func (l *leaseRunner) claim(ctx context.Context, limit int, keys []feedKey, res *batchResult) ([]jobRow, string, error) {
+func (l *leaseRunner) claim(ctx context.Context, limit int, keys []feedKey, res *batchResult) (_ []jobRow, token string, slot int, _ error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
 	tx, err := l.c.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
-		return nil, "", err
+		return nil, "", -1, err
 	}
 	defer func() { _ = tx.Rollback() }()
+	slot = -1
+	if l.slots != nil {
+		if slot, err = l.slots.take(ctx, tx); err != nil {
+			return nil, "", -1, err
+		}
+	}
 	rows, err := l.jobs.claim(ctx, tx, l.jobs.prepares, limit, keys) // from a worker: prepared statements serve it
 	if err != nil {
-		return nil, "", err
+		return nil, "", -1, err
 	}
 	res.claimed = len(rows)
 	live := rows[:0]
@@ -124,7 +142,7 @@ func (l *leaseRunner) claim(ctx context.Context, limit int, keys []feedKey, res 
 	for _, r := range rows {
 		if r.Attempts >= r.MaxAttempts {
 			if _, _, err := l.c.failJob(ctx, tx, &r, r.Attempts, errLeaseExpired, ""); err != nil {
-				return nil, "", err
+				return nil, "", -1, err
 			}
 			fate := newJobFate(&r, r.Attempts)
 			fate.recorded(errLeaseExpired, 0)
@@ -135,17 +153,24 @@ func (l *leaseRunner) claim(ctx context.Context, limit int, keys []feedKey, res 
 		live = append(live, r)
 		ids = append(ids, r.ID)
 	}
-	token := newToken()
+	token = newToken()
 	if len(ids) > 0 {
 		if err := l.c.jobSQL().Lease(ctx, tx, ids, token, l.cfg.Lease); err != nil {
-			return nil, "", err
+			return nil, "", -1, err
 		}
 	}
+	if slot >= 0 && len(ids) > 0 {
+		if err := l.slots.sql.Hold(ctx, tx, l.queue, globalKey, slot, token, l.cfg.Lease); err != nil {
+			return nil, "", -1, err
+		}
+	} else {
+		slot = -1
+	}
 	if err := tx.Commit(); err != nil {
-		return nil, "", err
+		return nil, "", -1, err
 	}
 	res.itemErrs = append(res.itemErrs, expired...)
-	return live, token, nil
+	return live, token, slot, nil
 }
 
 // runOne runs one leased job and completes, fails or releases it, if the
@@ -293,6 +318,7 @@ func newToken() string {
 type leaseKeeper struct {
 	l     *leaseRunner
 	token string
+	slot  int // the GlobalLimit slot leased with the jobs, or -1
 	done  chan struct{}
 	wg    sync.WaitGroup
 
@@ -305,7 +331,7 @@ type leaseKeeper struct {
 }
 
 func newLeaseKeeper(l *leaseRunner, rows []jobRow, token string, claimed time.Time) *leaseKeeper {
-	k := &leaseKeeper{l: l, token: token, done: make(chan struct{}), held: map[int64]bool{}, lost: map[int64]bool{}}
+	k := &leaseKeeper{l: l, token: token, slot: -1, done: make(chan struct{}), held: map[int64]bool{}, lost: map[int64]bool{}}
 	for _, r := range rows {
 		k.held[r.ID] = true
 	}
@@ -410,6 +436,12 @@ func (k *leaseKeeper) extend(ctx context.Context) {
 		// Some lease was taken over: find which.
 		still, err = jobs.Leased(hctx, db, ids, k.token)
 	}
+	if err == nil && k.slot >= 0 {
+		var kept bool
+		if kept, err = k.l.slots.sql.Extend(hctx, db, k.l.queue, globalKey, k.slot, k.token, lease); err == nil && !kept {
+			still = nil // the slot ran out and was taken: no job may run on under it
+		}
+	}
 	if err != nil {
 		k.l.c.cfg.Logger.WarnContext(ctx, "bunqueue: lease heartbeat failed", "queue", k.l.queue, "error", err)
 		return
@@ -430,6 +462,17 @@ func (k *leaseKeeper) extend(ctx context.Context) {
 		}
 	}
 	k.validUntil = sent.Add(lease - leaseMargin(lease))
+}
+
+// freeSlot gives back the GlobalLimit slot that a batch leased with its
+// jobs, once they all ended. If that fails, the slot is free when its
+// lease runs out.
+func (l *leaseRunner) freeSlot(ctx context.Context, slot int, token string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	defer cancel()
+	if err := l.slots.sql.Free(ctx, l.c.db, l.queue, globalKey, slot, token); err != nil {
+		l.c.cfg.Logger.WarnContext(ctx, "bunqueue: freeing a slot of the GlobalLimit failed; it is free when its lease runs out", "queue", l.queue, "error", err)
+	}
 }
 
 // leaseMargin is how long before a lease's end, by the local clock, a

@@ -64,6 +64,7 @@ type Queue[T any] struct {
 	table  *schema.Table
 	cool   *cooldown.Set
 	wake   chan struct{}
+	slots  *slots // the GlobalLimit's, nil without one (limit.go)
 	// byPrimary: the model's key is the table's PRIMARY KEY (set by
 	// Client.Start).
 	byPrimary bool
@@ -208,6 +209,7 @@ func (q *Queue[T]) attach(c *Client) error {
 	q.prepares = c.stmts != nil && preparable(table.Type, table)
 	q.cool = cooldown.New(q.cfg.Cooldown, max(q.cfg.Cooldown, CooldownMax), CooldownLimit)
 	q.wake = make(chan struct{}, 1)
+	q.slots = c.newSlots(q.name, q.cfg.GlobalLimit)
 	return nil
 }
 
@@ -283,7 +285,7 @@ func (q *Queue[T]) runner() *runner {
 		name:  q.name,
 		table: q.table,
 		runSettings: runSettings{
-			workers:   q.cfg.Workers,
+			workers:   limitedWorkers(q.cfg.Workers, q.cfg.GlobalLimit),
 			batch:     q.cfg.BatchSize,
 			selfSized: q.cfg.selfSized,
 			poll:      q.cfg.PollInterval,
@@ -292,6 +294,7 @@ func (q *Queue[T]) runner() *runner {
 		wake:        q.wake,
 		byPrimary:   &q.byPrimary,
 		checkQuery:  checkQuery,
+		slots:       q.slots,
 		queueEngine: q,
 	}
 }

@@ -74,6 +74,20 @@ var Postgres = Schema{
 )`,
 			},
 		},
+		{
+			Version: 6,
+			Name:    "concurrency slots",
+			Statements: []string{
+				`CREATE TABLE IF NOT EXISTS ` + SlotsTable + ` (
+	queue VARCHAR(128) NOT NULL,
+	slot_key VARCHAR(255) NOT NULL,
+	slot INTEGER NOT NULL,
+	holder CHAR(32) NULL,
+	held_until TIMESTAMPTZ NULL,
+	PRIMARY KEY (queue, slot_key, slot)
+)`,
+			},
+		},
 	},
 	Rerun: " ON CONFLICT DO NOTHING",
 }

@@ -78,6 +78,20 @@ var SQLite = Schema{
 )`,
 			},
 		},
+		{
+			Version: 6,
+			Name:    "concurrency slots",
+			Statements: []string{
+				`CREATE TABLE IF NOT EXISTS ` + SlotsTable + ` (
+	queue TEXT NOT NULL,
+	slot_key TEXT NOT NULL,
+	slot INTEGER NOT NULL,
+	holder CHAR(32) NULL,
+	held_until DATETIME NULL,
+	PRIMARY KEY (queue, slot_key, slot)
+)`,
+			},
+		},
 	},
 	Rerun: " ON CONFLICT DO NOTHING",
 }

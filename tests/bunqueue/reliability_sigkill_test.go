@@ -43,7 +43,9 @@ type relWorkerConfig struct {
 	Workers int           `json:"workers"`
 	Batch   int           `json:"batch"`
 	Lease   time.Duration `json:"lease"`
-	Work    time.Duration `json:"work"` // a run sleeps up to this long
+	Work    time.Duration `json:"work"`  // a run sleeps up to this long
+	Limit   int           `json:"limit"` // the queue's GlobalLimit
+	Block   bool          `json:"block"` // a run waits until the process is killed
 }
 
 // relKillItem is a row of the any-table queue of scenario 1. The table is
@@ -94,6 +96,10 @@ func runRelWorkerProcess() int {
 	db.SetMaxOpenConns(cfg.Workers + 4)
 	who := "pid " + strconv.Itoa(os.Getpid())
 	work := func(ctx context.Context) error {
+		if cfg.Block {
+			<-ctx.Done()
+			return ctx.Err()
+		}
 		return relSleep(ctx, rand.N(cfg.Work+1))
 	}
 	ccfg := &bunqueue.Config{PollInterval: 50 * time.Millisecond, Logger: log, Backoff: fastBackoff}
@@ -114,13 +120,13 @@ func runRelWorkerProcess() int {
 				}
 				_, err := tx.NewUpdate().Model(it).Set("status = 'done'").WherePK().Exec(ctx)
 				return err
-			}, &bunqueue.QueueConfig[relKillItem]{Workers: cfg.Workers, BatchSize: cfg.Batch}))
+			}, &bunqueue.QueueConfig[relKillItem]{Workers: cfg.Workers, BatchSize: cfg.Batch, GlobalLimit: cfg.Limit}))
 	case "lock", "lease":
 		mode := bunqueue.ModeLock
 		if cfg.Mode == "lease" {
 			mode = bunqueue.ModeLease
 		}
-		ccfg.JobQueues = map[string]bunqueue.JobQueueConfig{cfg.Queue: {Workers: cfg.Workers, BatchSize: cfg.Batch, Mode: mode, Lease: cfg.Lease}}
+		ccfg.JobQueues = map[string]bunqueue.JobQueueConfig{cfg.Queue: {Workers: cfg.Workers, BatchSize: cfg.Batch, Mode: mode, Lease: cfg.Lease, GlobalLimit: cfg.Limit}}
 		if c, err = bunqueue.NewClient(db, ccfg); err != nil {
 			break
 		}
