@@ -160,7 +160,7 @@ func (l *leaseRunner) claim(ctx context.Context, limit int, keys []feedKey, res 
 		}
 	}
 	if slot >= 0 && len(ids) > 0 {
-		if err := l.slots.sql.Hold(ctx, tx, l.queue, globalKey, slot, token, l.cfg.Lease); err != nil {
+		if err := l.slots.sql.Hold(ctx, tx, l.slots.limit, []int{slot}, token, l.cfg.Lease); err != nil {
 			return nil, "", -1, err
 		}
 	} else {
@@ -437,8 +437,8 @@ func (k *leaseKeeper) extend(ctx context.Context) {
 		still, err = jobs.Leased(hctx, db, ids, k.token)
 	}
 	if err == nil && k.slot >= 0 {
-		var kept bool
-		if kept, err = k.l.slots.sql.Extend(hctx, db, k.l.queue, globalKey, k.slot, k.token, lease); err == nil && !kept {
+		var kept int64
+		if kept, err = k.l.slots.sql.Extend(hctx, db, k.l.slots.limit, []int{k.slot}, k.token, lease); err == nil && kept == 0 {
 			still = nil // the slot ran out and was taken: no job may run on under it
 		}
 	}
@@ -470,7 +470,7 @@ func (k *leaseKeeper) extend(ctx context.Context) {
 func (l *leaseRunner) freeSlot(ctx context.Context, slot int, token string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	if err := l.slots.sql.Free(ctx, l.c.db, l.queue, globalKey, slot, token); err != nil {
+	if err := l.slots.sql.Free(ctx, l.c.db, l.slots.limit, []int{slot}, token); err != nil {
 		l.c.cfg.Logger.WarnContext(ctx, "bunqueue: freeing a slot of the GlobalLimit failed; it is free when its lease runs out", "queue", l.queue, "error", err)
 	}
 }

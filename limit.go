@@ -37,12 +37,9 @@ var errLimited = errors.New("bunqueue: every slot of the queue's GlobalLimit is 
 // before it looks again.
 const slotWait = 25 * time.Millisecond
 
-// globalKey is the slot key of a queue's global limit.
-const globalKey = ""
-
 // slots is the global concurrency limit of one queue.
 type slots struct {
-	queue string
+	limit slotsql.Limit
 	n     int
 	sql   slotsql.SQL
 }
@@ -53,7 +50,7 @@ func (c *Client) newSlots(queue string, n int) *slots {
 	if n == 0 {
 		return nil
 	}
-	return &slots{queue: queue, n: n, sql: slotsql.New(c.dialect)}
+	return &slots{limit: slotsql.Limit{Queue: queue, Kind: slotsql.Concurrency}, n: n, sql: slotsql.New(c.dialect)}
 }
 
 // ensure creates the queue's slots that do not exist yet, at Start.
@@ -61,12 +58,12 @@ func (s *slots) ensure(ctx context.Context, c *Client) error {
 	if s == nil {
 		return nil
 	}
-	if err := s.sql.Ensure(ctx, c.db, s.queue, globalKey, s.n); err != nil {
+	if err := s.sql.Ensure(ctx, c.db, s.limit, s.n); err != nil {
 		if c.dialect.MissingTable(err) {
 			return fmt.Errorf("bunqueue: queue %q: its GlobalLimit needs the %s table of schema version 6: run bunqueue.Migrate (or apply bunqueue.MigrationSQL): %w",
-				s.queue, slotsql.Slots, err)
+				s.limit.Queue, slotsql.Slots, err)
 		}
-		return fmt.Errorf("bunqueue: queue %q: creating the slots of its GlobalLimit: %w", s.queue, err)
+		return fmt.Errorf("bunqueue: queue %q: creating the slots of its GlobalLimit: %w", s.limit.Queue, err)
 	}
 	return nil
 }
@@ -74,14 +71,14 @@ func (s *slots) ensure(ctx context.Context, c *Client) error {
 // take locks a free slot in tx and returns it, or errLimited if there is
 // none.
 func (s *slots) take(ctx context.Context, tx bun.IDB) (int, error) {
-	slot, err := s.sql.Take(ctx, tx, s.queue, globalKey, s.n)
+	got, err := s.sql.Take(ctx, tx, s.limit, s.n, 1)
 	switch {
 	case err != nil:
-		return -1, fmt.Errorf("bunqueue: queue %q: taking a slot of its GlobalLimit: %w", s.queue, err)
-	case slot < 0:
+		return -1, fmt.Errorf("bunqueue: queue %q: taking a slot of its GlobalLimit: %w", s.limit.Queue, err)
+	case len(got) == 0:
 		return -1, errLimited
 	}
-	return slot, nil
+	return got[0], nil
 }
 
 // limitedWorkers is how many workers of a queue a process runs: no more

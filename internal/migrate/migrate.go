@@ -165,19 +165,21 @@ var Migrations = []Migration{
 	{
 		Version: 6,
 		Name:    "concurrency slots",
-		// The slots of a queue's global concurrency limit (slot_key ''):
-		// slots 0 to limit-1, created at Start. A lock-mode worker holds
-		// one by locking its row in the claim transaction; a lease-mode
-		// worker by setting holder to its lease's token and held_until to
-		// the lease's end, extended with the lease.
+		// The slots of a queue's limits, by kind (slotsql.Concurrency,
+		// ...) and key ('' for the whole queue): slots 0 to limit-1,
+		// created at Start. A lock-mode worker holds one by locking its
+		// row in the claim transaction; a lease-mode worker by setting
+		// holder to its lease's token and held_until to the lease's end,
+		// extended with the lease.
 		Statements: []string{
 			`CREATE TABLE IF NOT EXISTS ` + SlotsTable + ` (
 	queue VARBINARY(128) NOT NULL,
+	kind SMALLINT NOT NULL,
 	slot_key VARBINARY(255) NOT NULL,
 	slot INT NOT NULL,
 	holder CHAR(32) NULL,
 	held_until DATETIME(6) NULL,
-	PRIMARY KEY (queue, slot_key, slot)
+	PRIMARY KEY (queue, kind, slot_key, slot)
 ) ENGINE=InnoDB`,
 		},
 	},

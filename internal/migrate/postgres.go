@@ -80,11 +80,12 @@ var Postgres = Schema{
 			Statements: []string{
 				`CREATE TABLE IF NOT EXISTS ` + SlotsTable + ` (
 	queue VARCHAR(128) NOT NULL,
+	kind SMALLINT NOT NULL,
 	slot_key VARCHAR(255) NOT NULL,
 	slot INTEGER NOT NULL,
 	holder CHAR(32) NULL,
 	held_until TIMESTAMPTZ NULL,
-	PRIMARY KEY (queue, slot_key, slot)
+	PRIMARY KEY (queue, kind, slot_key, slot)
 )`,
 			},
 		},

@@ -84,11 +84,12 @@ var SQLite = Schema{
 			Statements: []string{
 				`CREATE TABLE IF NOT EXISTS ` + SlotsTable + ` (
 	queue TEXT NOT NULL,
+	kind INTEGER NOT NULL,
 	slot_key TEXT NOT NULL,
 	slot INTEGER NOT NULL,
 	holder CHAR(32) NULL,
 	held_until DATETIME NULL,
-	PRIMARY KEY (queue, slot_key, slot)
+	PRIMARY KEY (queue, kind, slot_key, slot)
 )`,
 			},
 		},

@@ -25,18 +25,41 @@ import (
 // Slots is the slots table's name.
 const Slots = migrate.SlotsTable
 
+// Kind tells the limits of a queue apart: each has slots of its own.
+type Kind int
+
+// The kinds of slots.
+const (
+	// Concurrency slots are held while an item runs.
+	Concurrency Kind = 0
+)
+
+// Limit names the slots of one limit: a queue's, of a kind, for a key
+// ("" for the whole queue).
+type Limit struct {
+	Queue string
+	Kind  Kind
+	Key   string
+}
+
+// where is the WHERE clause of l's slots, and its arguments.
+func (l Limit) where() (string, []any) {
+	return "queue = ? AND kind = ? AND slot_key = ?", []any{l.Queue, int(l.Kind), l.Key}
+}
+
 // SQL is the statements on the slots table of one kind of server.
 type SQL struct{ d sqldialect.Dialect }
 
 // New returns the statements of d's server.
 func New(d sqldialect.Dialect) SQL { return SQL{d: d} }
 
-// Ensure creates the slots 0 to n-1 of queue's key that do not exist.
-// Processes that start together may insert the same slot: the one that
-// comes second skips it.
-func (s SQL) Ensure(ctx context.Context, db bun.IDB, queue, key string, n int) error {
+// Ensure creates the slots 0 to n-1 of l that do not exist. Processes
+// that start together may insert the same slot: the one that comes second
+// skips it.
+func (s SQL) Ensure(ctx context.Context, db bun.IDB, l Limit, n int) error {
+	where, args := l.where()
 	var have []int
-	if err := db.NewRaw("SELECT slot FROM "+Slots+" WHERE queue = ? AND slot_key = ? AND slot < ?", queue, key, n).Scan(ctx, &have); err != nil {
+	if err := db.NewRaw("SELECT slot FROM "+Slots+" WHERE "+where+" AND slot < ?", append(args, n)...).Scan(ctx, &have); err != nil {
 		return err
 	}
 	there := make(map[int]bool, len(have))
@@ -47,7 +70,8 @@ func (s SQL) Ensure(ctx context.Context, db bun.IDB, queue, key string, n int) e
 		if there[slot] {
 			continue
 		}
-		_, err := db.NewRaw("INSERT INTO "+Slots+" (queue, slot_key, slot) VALUES (?, ?, ?)"+s.d.SkipTakenKeys(), queue, key, slot).Exec(ctx)
+		_, err := db.NewRaw("INSERT INTO "+Slots+" (queue, kind, slot_key, slot) VALUES (?, ?, ?, ?)"+s.d.SkipTakenKeys(),
+			l.Queue, int(l.Kind), l.Key, slot).Exec(ctx)
 		if err != nil && !s.d.KeyTaken(err, "PRIMARY") {
 			return err
 		}
@@ -55,50 +79,53 @@ func (s SQL) Ensure(ctx context.Context, db bun.IDB, queue, key string, n int) e
 	return nil
 }
 
-// Take locks, in tx, one free slot below n of queue's key, skipping the
-// slots other transactions lock, and returns it; -1 if every slot is
+// Take locks, in tx, up to most free slots below n of l, skipping the
+// slots other transactions lock, and returns them; none if every slot is
 // locked or held. A slot is free when no lease holds it: its held_until
 // is NULL or past, by the database clock.
 //
 // The order is by slot alone: MariaDB 10.11, ordering by the whole key
 // (a filesort, to its optimizer), skipped every row once one was locked.
-func (s SQL) Take(ctx context.Context, tx bun.IDB, queue, key string, n int) (int, error) {
-	query := "SELECT slot FROM " + Slots + " WHERE queue = ? AND slot_key = ? AND slot < ? AND (held_until IS NULL OR held_until < " + s.d.Now() +
-		") ORDER BY slot LIMIT 1"
+func (s SQL) Take(ctx context.Context, tx bun.IDB, l Limit, n, most int) ([]int, error) {
+	where, args := l.where()
+	query := "SELECT slot FROM " + Slots + " WHERE " + where + " AND slot < ? AND (held_until IS NULL OR held_until < " + s.d.Now() +
+		") ORDER BY slot LIMIT ?"
 	if lock := s.d.SkipLocked(); lock != "" {
 		query += " FOR " + lock
 	}
-	var slot int
-	err := tx.NewRaw(query, queue, key, n).Scan(ctx, &slot)
+	var slots []int
+	err := tx.NewRaw(query, append(args, n, most)...).Scan(ctx, &slots)
 	if errors.Is(err, sql.ErrNoRows) {
-		return -1, nil
+		err = nil
 	}
-	return slot, err
+	return slots, err
 }
 
-// Hold marks slot, which tx locks, as held by token for lease from now,
-// by the database clock.
-func (s SQL) Hold(ctx context.Context, tx bun.IDB, queue, key string, slot int, token string, lease time.Duration) error {
-	_, err := tx.NewRaw("UPDATE "+Slots+" SET holder = ?, held_until = "+s.d.NowPlus(lease)+" WHERE queue = ? AND slot_key = ? AND slot = ?",
-		token, queue, key, slot).Exec(ctx)
+// Hold marks the slots of l, which tx locks, as held by token for lease
+// from now, by the database clock.
+func (s SQL) Hold(ctx context.Context, tx bun.IDB, l Limit, slots []int, token string, lease time.Duration) error {
+	where, args := l.where()
+	_, err := tx.NewRaw("UPDATE "+Slots+" SET holder = ?, held_until = "+s.d.NowPlus(lease)+" WHERE "+where+" AND slot IN (?)",
+		append(append([]any{token}, args...), bun.List(slots))...).Exec(ctx)
 	return err
 }
 
-// Extend pushes the end of token's hold on slot to lease from now, and
-// reports whether token still held it.
-func (s SQL) Extend(ctx context.Context, db bun.IDB, queue, key string, slot int, token string, lease time.Duration) (bool, error) {
-	r, err := db.NewRaw("UPDATE "+Slots+" SET held_until = "+s.d.NowPlus(lease)+" WHERE queue = ? AND slot_key = ? AND slot = ? AND holder = ?",
-		queue, key, slot, token).Exec(ctx)
+// Extend pushes the end of token's hold on the slots of l to lease from
+// now, and returns how many token still held.
+func (s SQL) Extend(ctx context.Context, db bun.IDB, l Limit, slots []int, token string, lease time.Duration) (int64, error) {
+	where, args := l.where()
+	r, err := db.NewRaw("UPDATE "+Slots+" SET held_until = "+s.d.NowPlus(lease)+" WHERE "+where+" AND slot IN (?) AND holder = ?",
+		append(args, bun.List(slots), token)...).Exec(ctx)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
-	n, err := r.RowsAffected()
-	return n > 0, err
+	return r.RowsAffected()
 }
 
-// Free gives slot back, if token still holds it.
-func (s SQL) Free(ctx context.Context, db bun.IDB, queue, key string, slot int, token string) error {
-	_, err := db.NewRaw("UPDATE "+Slots+" SET holder = NULL, held_until = NULL WHERE queue = ? AND slot_key = ? AND slot = ? AND holder = ?",
-		queue, key, slot, token).Exec(ctx)
+// Free gives the slots of l back, those token still holds.
+func (s SQL) Free(ctx context.Context, db bun.IDB, l Limit, slots []int, token string) error {
+	where, args := l.where()
+	_, err := db.NewRaw("UPDATE "+Slots+" SET holder = NULL, held_until = NULL WHERE "+where+" AND slot IN (?) AND holder = ?",
+		append(args, bun.List(slots), token)...).Exec(ctx)
 	return err
 }
