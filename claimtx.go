@@ -40,7 +40,7 @@ func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []f
 	if b.span == nil {
 		ctx, b.span = q.client.tel.startBatch(ctx, q.name)
 	}
-	if !b.claim(ctx) || !b.run(ctx) || !b.recheck(ctx) || !b.undo(ctx) {
+	if !b.claim(ctx) || !b.takeKeySlots(ctx) || !b.run(ctx) || !b.recheck(ctx) || !b.undo(ctx) {
 		return b.res
 	}
 	b.settle()
@@ -75,6 +75,8 @@ type claimTx[T any] struct {
 	still          []bool // after the re-check: the row still matches the queue's query
 	firstBad       int    // after the re-check: the first row undone, or -1
 
+	keySlots  []string // the keys whose KeyLimit slots the transaction holds
+
 	succeeded []string // the ids of the rows whose handlers succeeded
 	completed []*T     // those rows, for q.complete
 	res       batchResult
@@ -86,6 +88,9 @@ type claimTx[T any] struct {
 func (b *claimTx[T]) end() {
 	if b.open {
 		_ = b.tx.Rollback()
+	}
+	if len(b.keySlots) > 0 {
+		b.q.keyLimit.freed(b.keySlots)
 	}
 	tel := b.q.client.tel
 	for _, it := range b.spans {

@@ -186,6 +186,9 @@ func (c *Client) check(ctx context.Context, runners []*runner) error {
 		if err := r.slots.ensure(ctx, c); err != nil {
 			return err
 		}
+		if err := r.keys.check(ctx, c); err != nil {
+			return err
+		}
 	}
 	if err := c.checkJobsTables(ctx); err != nil {
 		return err

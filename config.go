@@ -287,6 +287,22 @@ type QueueConfig[T any] struct {
 	// slots table.
 	GlobalLimit int
 
+	// KeyLimit, with KeyColumn, is the most handlers of this queue that
+	// run at once across every process per value of the column KeyColumn
+	// of its rows: one order per customer at a time is KeyColumn
+	// "customer_id", KeyLimit 1. Rows whose key is NULL are not limited.
+	// A claim locks its rows, then one slot per key among them, rows of
+	// the bunqueue_slots table (Migrate), with SKIP LOCKED; a row whose
+	// key has no free slot is left out of the batch and waits, unrun,
+	// while its key is full; this process's reads leave out the keys it
+	// found full for a moment, so that they do not hold up the other
+	// keys' rows. Slots are freed as GlobalLimit's are. Zero (the default)
+	// means none.
+	KeyLimit int
+	// KeyColumn names the column of the model whose value is a row's key
+	// for KeyLimit.
+	KeyColumn string
+
 	// TraceColumn names a column of the table that holds a W3C
 	// traceparent (fill it with TraceParent(ctx) when the app inserts the
 	// row), so that the row's process span links to the request that made
@@ -418,6 +434,8 @@ func (c *QueueConfig[T]) validate(queue string) error {
 		return field("Timeout", c.Timeout)
 	case c.GlobalLimit < 0:
 		return field("GlobalLimit", c.GlobalLimit)
+	case c.KeyLimit < 0:
+		return field("KeyLimit", c.KeyLimit)
 	}
 	return nil
 }

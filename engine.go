@@ -64,8 +64,10 @@ type runner struct {
 	checkQuery func(ctx context.Context) error
 	// gate, set by Start, is whether the queue is paused (pause.go).
 	gate *pauseGate
-	// slots are the queue's GlobalLimit, nil without one (limit.go).
+	// slots are the queue's GlobalLimit, nil without one (limit.go);
+	// keys its KeyLimit (keylimit.go).
 	slots *slots
+	keys  *keyLimit
 
 	queueEngine
 }

@@ -65,6 +65,10 @@ type Queue[T any] struct {
 	cool   *cooldown.Set
 	wake   chan struct{}
 	slots  *slots // the GlobalLimit's, nil without one (limit.go)
+	// keyLimit is the KeyLimit, nil without one, and keyOf an item's key
+	// (keylimit.go).
+	keyLimit *keyLimit
+	keyOf    func(item *T) (key string, val any, limited bool)
 	// byPrimary: the model's key is the table's PRIMARY KEY (set by
 	// Client.Start).
 	byPrimary bool
@@ -210,7 +214,8 @@ func (q *Queue[T]) attach(c *Client) error {
 	q.cool = cooldown.New(q.cfg.Cooldown, max(q.cfg.Cooldown, CooldownMax), CooldownLimit)
 	q.wake = make(chan struct{}, 1)
 	q.slots = c.newSlots(q.name, q.cfg.GlobalLimit)
-	return nil
+	q.keyLimit, q.keyOf, err = newKeyLimit(c, q, table)
+	return err
 }
 
 // checkDeclared checks what NewQueue was given, and that the queue is
@@ -295,6 +300,7 @@ func (q *Queue[T]) runner() *runner {
 		byPrimary:   &q.byPrimary,
 		checkQuery:  checkQuery,
 		slots:       q.slots,
+		keys:        q.keyLimit,
 		queueEngine: q,
 	}
 }
@@ -395,7 +401,8 @@ func (q *Queue[T]) fetch(ctx context.Context, db bun.IDB, limit int) ([]feedKey,
 // without the rows this process is cooling down: the feed's read, and the
 // idle watcher's probe, at the head of the queue's index.
 func (q *Queue[T]) waiting(db bun.IDB, model any) *bun.SelectQuery {
-	return q.excludeCooling(q.apply(q.atHead(db.NewSelect().Model(model))), time.Now())
+	now := time.Now()
+	return q.excludeFull(q.excludeCooling(q.apply(q.atHead(db.NewSelect().Model(model))), now), now)
 }
 
 // onlyKeys restricts a claim to the rows of keys.

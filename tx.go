@@ -159,7 +159,8 @@ func (q *Queue[T]) claim(ctx context.Context, tx bun.Tx, prep bool, limit int, k
 // transaction holds, leaving out the rows this process cools down.
 func (q *Queue[T]) claimHead(ctx context.Context, tx bun.Tx, limit int) ([]T, error) {
 	items := make([]T, 0, limit)
-	sel := q.excludeCooling(q.apply(q.atHead(tx.NewSelect().Model(&items))).Limit(int64(limit)), time.Now())
+	now := time.Now()
+	sel := q.excludeFull(q.excludeCooling(q.apply(q.atHead(tx.NewSelect().Model(&items))).Limit(int64(limit)), now), now)
 	if err := sqldialect.Locking(sel, q.client.dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, err
 	}

@@ -1,0 +1,238 @@
+package bunqueue
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/schema"
+
+	"github.com/bunqueue/bunqueue/internal/slotsql"
+)
+
+// A queue's KeyLimit is kept with slots too (see limit.go), KeyLimit of
+// them per value of its key column, created when a claim first meets the
+// value. The claim transaction locks its rows first, then one slot per
+// key among them, with SKIP LOCKED; a row whose key has no free slot is
+// left out of the batch (it stays locked, unrun, until the transaction
+// ends, and goes back to the queue). A key found full is kept out of this
+// process's reads and claims for fullFor, or until a transaction of this
+// process that held one of its slots ends, so that the rows of a full
+// key at the head of the queue do not hide the others.
+
+// fullFor is how long a key found full stays out of this process's reads.
+const fullFor = 100 * time.Millisecond
+
+// fullExcept is the most full keys that reads leave out; past it they
+// leave out none, and claims skip the full keys' rows one by one.
+const fullExcept = 100
+
+// keyLimit is one queue's KeyLimit.
+type keyLimit struct {
+	queue  string
+	column string // the key column, as the reads name it
+	n      int
+	sql    slotsql.SQL
+	db     bun.IDB // where slots are created: outside the claim transaction,
+	// where the server has row locks (not SQLite)
+	rowLocks bool
+
+	mu    sync.Mutex
+	known map[string]bool    // keys whose slots exist
+	full  map[string]fullKey // keys found full, by slot key
+}
+
+// fullKey is a key found full: its column value, for reads to leave out,
+// and until when.
+type fullKey struct {
+	val   any
+	until time.Time
+}
+
+// newKeyLimit returns the KeyLimit of q over its model's table, or nil if
+// it has none. The column must be one of the model's.
+func newKeyLimit[T any](c *Client, q *Queue[T], table *schema.Table) (*keyLimit, func(*T) (string, any, bool), error) {
+	col, n := q.cfg.KeyColumn, q.cfg.KeyLimit
+	if col == "" && n == 0 {
+		return nil, nil, nil
+	}
+	if col == "" || n == 0 {
+		return nil, nil, fmt.Errorf("bunqueue: queue %q: QueueConfig.KeyLimit and KeyColumn go together: got KeyLimit %d and KeyColumn %q", q.name, n, col)
+	}
+	f, ok := table.FieldMap[col]
+	if !ok {
+		return nil, nil, fmt.Errorf("bunqueue: queue %q: QueueConfig.KeyColumn %q is not a column of model %s", q.name, col, table.Type)
+	}
+	keyOf := func(item *T) (string, any, bool) {
+		v := f.Value(reflect.ValueOf(item).Elem())
+		if v.Kind() == reflect.Pointer {
+			if v.IsNil() {
+				return "", nil, false // NULL: no limit
+			}
+			v = v.Elem()
+		}
+		val := v.Interface()
+		return slotKey(fmt.Sprint(val)), val, true
+	}
+	kl := &keyLimit{queue: q.name, column: f.Name, n: n, sql: slotsql.New(c.dialect), db: c.db, rowLocks: c.dialect.SkipLocked() != "",
+		known: map[string]bool{}, full: map[string]fullKey{}}
+	return kl, keyOf, nil
+}
+
+// slotKey is the slots table's key of a key value: "k:" and the value, or
+// its SHA-256 where the value would not fit the column or is not UTF-8
+// text.
+func slotKey(s string) string {
+	if len(s) > 200 || !utf8.ValidString(s) || strings.ContainsRune(s, 0) {
+		sum := sha256.Sum256([]byte(s))
+		return "h:" + hex.EncodeToString(sum[:])
+	}
+	return "k:" + s
+}
+
+// limit names the slots of key.
+func (k *keyLimit) limit(key string) slotsql.Limit {
+	return slotsql.Limit{Queue: k.queue, Kind: slotsql.Concurrency, Key: key}
+}
+
+// take locks a free slot of key in tx, creating the key's slots first if
+// this process has not met it yet, and reports whether it got one; a key
+// without a free slot is marked full, with val, its column value.
+func (k *keyLimit) take(ctx context.Context, tx bun.IDB, key string, val any) (bool, error) {
+	k.mu.Lock()
+	known := k.known[key]
+	k.mu.Unlock()
+	if !known {
+		// On the pool, in a statement of its own: an INSERT in the claim
+		// transaction would wait for a transaction that inserts the same
+		// slot, and hold its locks while it waits. Not on SQLite, whose
+		// one writer is the claim transaction.
+		db := k.db
+		if !k.rowLocks {
+			db = tx
+		}
+		if err := k.sql.Ensure(ctx, db, k.limit(key), k.n); err != nil {
+			return false, fmt.Errorf("bunqueue: queue %q: creating the slots of a KeyLimit: %w", k.queue, err)
+		}
+		k.mu.Lock()
+		if len(k.known) >= 100_000 {
+			clear(k.known) // bounded: a key met again is ensured again
+		}
+		k.known[key] = true
+		k.mu.Unlock()
+	}
+	got, err := k.sql.Take(ctx, tx, k.limit(key), k.n, 1)
+	if err != nil {
+		return false, fmt.Errorf("bunqueue: queue %q: taking a slot of a KeyLimit: %w", k.queue, err)
+	}
+	if len(got) == 0 {
+		k.mu.Lock()
+		k.full[key] = fullKey{val: val, until: time.Now().Add(fullFor)}
+		k.mu.Unlock()
+		return false, nil
+	}
+	return true, nil
+}
+
+// freed notes that a transaction of this process that held a slot of
+// each of keys ended: they have a free slot, for a moment at least.
+func (k *keyLimit) freed(keys []string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, key := range keys {
+		delete(k.full, key)
+	}
+}
+
+// check fails if the slots table is missing, at Start.
+func (k *keyLimit) check(ctx context.Context, c *Client) error {
+	if k == nil {
+		return nil
+	}
+	var n int
+	if err := c.db.NewRaw("SELECT COUNT(*) FROM "+slotsql.Slots+" WHERE 1 = 0").Scan(ctx, &n); err != nil {
+		if c.dialect.MissingTable(err) {
+			return fmt.Errorf("bunqueue: queue %q: its KeyLimit needs the %s table of schema version 6: run bunqueue.Migrate (or apply bunqueue.MigrationSQL): %w",
+				k.queue, slotsql.Slots, err)
+		}
+		return fmt.Errorf("bunqueue: queue %q: %w", k.queue, err)
+	}
+	return nil
+}
+
+// except returns the column values of the keys found full, for reads to
+// leave out; none if there are more than fullExcept.
+func (k *keyLimit) except(now time.Time) []any {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var vals []any
+	for key, f := range k.full {
+		if now.After(f.until) {
+			delete(k.full, key)
+			continue
+		}
+		vals = append(vals, f.val)
+	}
+	if len(vals) > fullExcept {
+		return nil
+	}
+	return vals
+}
+
+// excludeFull leaves the rows of the keys found full out of sel, a read
+// or a claim of q.
+func (q *Queue[T]) excludeFull(sel *bun.SelectQuery, now time.Time) *bun.SelectQuery {
+	if q.keyLimit == nil {
+		return sel
+	}
+	vals := q.keyLimit.except(now)
+	if len(vals) == 0 {
+		return sel
+	}
+	return sel.Where("(?TableAlias.? IS NULL OR ?TableAlias.? NOT IN (?))", bun.Ident(q.keyLimit.column), bun.Ident(q.keyLimit.column), bun.List(vals))
+}
+
+// takeKeySlots locks one slot per key among the claimed rows, if the
+// queue has a KeyLimit, and leaves out of the batch the rows whose key
+// has no free slot. The path ends here if none is left.
+func (b *claimTx[T]) takeKeySlots(ctx context.Context) bool {
+	q := b.q
+	if q.keyLimit == nil {
+		return true
+	}
+	granted := map[string]bool{}
+	var kept []string
+	n := 0
+	for i := range b.items {
+		key, val, limited := q.keyOf(&b.items[i])
+		if limited {
+			ok, seen := granted[key]
+			if !seen {
+				var err error
+				if ok, err = q.keyLimit.take(ctx, b.tx, key, val); err != nil {
+					b.res.err = err
+					return false
+				}
+				granted[key] = ok
+				if ok {
+					kept = append(kept, key)
+				}
+			}
+			if !ok {
+				continue // its key is full: back to the queue at the end
+			}
+		}
+		b.items[n], b.held[n], b.res.got[n] = b.items[i], b.held[i], b.res.got[i]
+		n++
+	}
+	b.items, b.held, b.res.got = b.items[:n], b.held[:n], b.res.got[:n]
+	b.keySlots = kept
+	return n > 0
+}

@@ -1,0 +1,135 @@
+package bunqueue_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
+
+	"github.com/bunqueue/bunqueue"
+	"github.com/bunqueue/bunqueue/tests/dbtest"
+)
+
+type keyLimitItem struct {
+	bun.BaseModel `bun:"table:bq_keylimit_items"`
+	ID            int64 `bun:",pk"`
+	Customer      *int64
+	Status        string
+}
+
+// perKey records handler runs by key: how many of each key run at once
+// (at most ever), how many in all at once, and how often each row ran.
+type perKey struct {
+	mu      sync.Mutex
+	running map[int64]int
+	most    map[int64]int
+	all     concurrency
+}
+
+func (p *perKey) run(id int64, key *int64) func() {
+	end := p.all.run(id)
+	if key == nil {
+		return end
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.running == nil {
+		p.running, p.most = map[int64]int{}, map[int64]int{}
+	}
+	p.running[*key]++
+	p.most[*key] = max(p.most[*key], p.running[*key])
+	return func() {
+		p.mu.Lock()
+		p.running[*key]--
+		p.mu.Unlock()
+		end()
+	}
+}
+
+// Three clients on pools of their own, four workers each with batches
+// that size themselves, on a queue with a KeyLimit of two per customer:
+// the first 60 rows are all one customer's, then the others' are mixed,
+// and some rows have no customer. No customer ever has more than two
+// handlers running at once; the other customers' rows run while the
+// first one's is full (more than two handlers run at once); every row
+// runs once.
+func TestKeyLimitAcrossProcesses(t *testing.T) {
+	onServers(t, func(t *testing.T, srv dbtest.Server) {
+		const (
+			rows, limit = 240, 2
+			customers   = 8
+		)
+		db := srv.Open(t, 0)
+		require.NoError(t, bunqueue.Migrate(t.Context(), db))
+		srvTable(t, db, "bq_keylimit_items", "id BIGINT NOT NULL PRIMARY KEY, customer BIGINT NULL, status VARCHAR(16) NOT NULL DEFAULT 'waiting'", "status, id")
+		var values []string
+		for id := 1; id <= rows; id++ {
+			customer := "1"
+			switch {
+			case id > 60 && id%10 == 0:
+				customer = "NULL"
+			case id > 60:
+				customer = fmt.Sprint(id%customers + 1)
+			}
+			values = append(values, fmt.Sprintf("(%d, %s)", id, customer))
+		}
+		dbtest.Exec(t, db, "INSERT INTO bq_keylimit_items (id, customer) VALUES "+strings.Join(values, ", "))
+		queue := dbtest.Name("keylimit")
+		t.Cleanup(func() { clearSlots(db, queue) })
+		var pk perKey
+		for range pauseClientsOn(srv) {
+			q := bunqueue.NewQueue(queue, heWaiting, func(ctx context.Context, tx bun.Tx, it *keyLimitItem) error {
+				defer pk.run(it.ID, it.Customer)()
+				time.Sleep(limitWork)
+				return setStatus(ctx, tx, it, "done")
+			}, &bunqueue.QueueConfig[keyLimitItem]{Workers: limitWorkers, PollInterval: 50 * time.Millisecond, KeyColumn: "customer", KeyLimit: limit})
+			start(t, newClient(t, srv.Open(t, 0), q))
+		}
+		eventually(t, 60*time.Second, func() bool {
+			return count(t, db, "SELECT COUNT(*) FROM bq_keylimit_items WHERE status = 'done'") == rows
+		}, "every row done")
+		pk.mu.Lock()
+		defer pk.mu.Unlock()
+		t.Logf("most at once per customer: %v; in all: %d", pk.most, pk.all.most)
+		require.Len(t, pk.most, customers, "customers run")
+		for customer, most := range pk.most {
+			require.LessOrEqual(t, most, limit, "customer %d's handlers at once", customer)
+		}
+		if srv.Name != "sqlite" {
+			require.Equal(t, limit, pk.most[1], "the first customer's limit was reached")
+			require.Greater(t, pk.all.most, limit, "other customers ran beside the first")
+		}
+		pk.all.mu.Lock()
+		defer pk.all.mu.Unlock()
+		require.Len(t, pk.all.runs, rows)
+		for id, runs := range pk.all.runs {
+			require.Equal(t, 1, runs, "runs of row %d", id)
+		}
+	})
+}
+
+// KeyLimit and KeyColumn go together, and KeyColumn names a column of
+// the model; a negative KeyLimit is refused; each error names the field.
+func TestKeyLimitErrors(t *testing.T) {
+	t.Parallel()
+	db := migrated(t, 0)
+	for _, tc := range []struct {
+		cfg  bunqueue.QueueConfig[keyLimitItem]
+		want string
+	}{
+		{bunqueue.QueueConfig[keyLimitItem]{KeyLimit: -1, KeyColumn: "customer"}, "QueueConfig.KeyLimit must not be negative, got -1"},
+		{bunqueue.QueueConfig[keyLimitItem]{KeyLimit: 1}, `QueueConfig.KeyLimit and KeyColumn go together: got KeyLimit 1 and KeyColumn ""`},
+		{bunqueue.QueueConfig[keyLimitItem]{KeyColumn: "customer"}, `QueueConfig.KeyLimit and KeyColumn go together: got KeyLimit 0 and KeyColumn "customer"`},
+		{bunqueue.QueueConfig[keyLimitItem]{KeyLimit: 1, KeyColumn: "nope"}, `QueueConfig.KeyColumn "nope" is not a column of model`},
+	} {
+		c, err := bunqueue.NewClient(db, nil)
+		require.NoError(t, err)
+		q := bunqueue.NewQueue("kl", heWaiting, func(context.Context, bun.Tx, *keyLimitItem) error { return nil }, &tc.cfg)
+		require.ErrorContains(t, c.Add(q), tc.want)
+	}
+}
