@@ -75,7 +75,7 @@ type claimTx[T any] struct {
 	still          []bool // after the re-check: the row still matches the queue's query
 	firstBad       int    // after the re-check: the first row undone, or -1
 
-	keySlots  []string // the keys whose KeyLimit slots the transaction holds
+	keySlots []string // the keys whose KeyLimit slots the transaction holds
 
 	succeeded []string // the ids of the rows whose handlers succeeded
 	completed []*T     // those rows, for q.complete
