@@ -40,24 +40,10 @@ func (exampleT) Fatalf(format string, args ...any) { fmt.Printf("FAIL: "+format+
 // receipt without an email address is cancelled.
 func Example() {
 	ctx := context.Background()
-	db := openExampleDB()
-	defer db.Close()
-	if err := bunqueue.Migrate(ctx, db); err != nil {
-		log.Fatal(err)
-	}
 	const queue = "bq_example_bunqueuetest"
-	clean := func() {
-		_, _ = db.Exec("DELETE FROM bunqueue_jobs WHERE queue = ?", queue)
-		_, _ = db.Exec("DELETE FROM bunqueue_failed_jobs WHERE queue = ?", queue)
-	}
-	clean()
-	defer clean()
-
-	client, err := bunqueue.NewClient(db, &bunqueue.Config{JobQueues: map[string]bunqueue.JobQueueConfig{queue: {}}})
-	if err != nil {
-		log.Fatal(err)
-	}
-	err = bunqueue.AddWorker(client, bunqueue.WorkerFunc[Receipt](
+	db, client, done := exampleClient(queue, nil)
+	defer done()
+	err := bunqueue.AddWorker(client, bunqueue.WorkerFunc[Receipt](
 		func(ctx context.Context, db bun.IDB, job *bunqueue.Job[Receipt]) error {
 			if job.Args.Email == "" {
 				return bunqueue.Cancel(errors.New("the order has no email address"))
@@ -99,22 +85,10 @@ func Example() {
 // A job that fails is retried after the backoff; Work says when.
 func ExampleWork() {
 	ctx := context.Background()
-	db := openExampleDB()
-	defer db.Close()
-	if err := bunqueue.Migrate(ctx, db); err != nil {
-		log.Fatal(err)
-	}
 	const queue = "bq_example_bunqueuetest_work"
-	defer db.Exec("DELETE FROM bunqueue_jobs WHERE queue = ?", queue)
-
-	client, err := bunqueue.NewClient(db, &bunqueue.Config{
-		JobQueues: map[string]bunqueue.JobQueueConfig{queue: {}},
-		Backoff:   func(attempt int) time.Duration { return time.Duration(attempt) * time.Minute },
-	})
-	if err != nil {
-		log.Fatal(err)
-	}
-	err = bunqueue.AddWorker(client, bunqueue.WorkerFunc[Receipt](
+	_, client, done := exampleClient(queue, func(attempt int) time.Duration { return time.Duration(attempt) * time.Minute })
+	defer done()
+	err := bunqueue.AddWorker(client, bunqueue.WorkerFunc[Receipt](
 		func(ctx context.Context, db bun.IDB, job *bunqueue.Job[Receipt]) error {
 			return errors.New("smtp: 451 try again later")
 		}))
@@ -127,6 +101,26 @@ func ExampleWork() {
 	fmt.Printf("attempt %d: %s in %s: %v\n", res.Attempt, res.Outcome, res.RetryIn, res.Err)
 	// Output:
 	// attempt 1: retried in 1m0s: smtp: 451 try again later
+}
+
+// exampleClient opens the examples' database, makes the jobs tables,
+// and returns a client of one jobs queue, with backoff (nil: the
+// default); done deletes the queue's jobs and closes the database.
+func exampleClient(queue string, backoff func(attempt int) time.Duration) (db *bun.DB, client *bunqueue.Client, done func()) {
+	db = openExampleDB()
+	if err := bunqueue.Migrate(context.Background(), db); err != nil {
+		log.Fatal(err)
+	}
+	clean := func() {
+		_, _ = db.Exec("DELETE FROM bunqueue_jobs WHERE queue = ?", queue)
+		_, _ = db.Exec("DELETE FROM bunqueue_failed_jobs WHERE queue = ?", queue)
+	}
+	clean() // what an earlier run left
+	client, err := bunqueue.NewClient(db, &bunqueue.Config{JobQueues: map[string]bunqueue.JobQueueConfig{queue: {}}, Backoff: backoff})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return db, client, func() { clean(); _ = db.Close() }
 }
 
 // openExampleDB opens the examples' database: BUNQUEUE_MYSQL_DSN, or

@@ -35,6 +35,11 @@ type bqtOther struct{}
 
 func (bqtOther) Kind() string { return "bq_test_bqtest_other" }
 
+// bqtNone is a kind that no test enqueues.
+type bqtNone struct{}
+
+func (bqtNone) Kind() string { return "bq_test_bqtest_none" }
+
 // fakeTB records the failures of a check, which a real test's Fatalf
 // would end.
 type fakeTB struct {
@@ -109,10 +114,10 @@ func TestBunqueuetestRequire(t *testing.T) {
 		f.failed(t, `Metadata["region"] is missing, want "eu"`, `Metadata["tenant"] is "acme", want "initech"`)
 		bunqueuetest.RequireEnqueued(ctx, f, db, bqtArgs{}, &bunqueuetest.RequireEnqueuedOpts{Queue: queue, RunAt: runAt.Add(time.Second)})
 		f.failed(t, "RunAt is ", "(-1s off")
-		bunqueuetest.RequireEnqueued(ctx, f, db, bqtOther{}, nil)
-		f.failed(t, `no pending job of kind "bq_test_bqtest_other"; pending jobs by kind: `, `"bq_test_bqtest" (`)
-		bunqueuetest.RequireEnqueued(ctx, f, db, bqtArgs{}, nil) // the jobs of both queues
-		f.failed(t, `pending jobs of kind "bq_test_bqtest" match, want exactly one`, fmt.Sprintf("job %d (queue %q", id, queue))
+		bunqueuetest.RequireEnqueued(ctx, f, db, bqtNone{}, nil)
+		f.failed(t, `no pending job of kind "bq_test_bqtest_none"; pending jobs by kind: `, `"bq_test_bqtest" (`)
+		bunqueuetest.RequireEnqueued(ctx, f, db, bqtArgs{}, nil) // the jobs of both queues (and of other tests)
+		f.failed(t, `pending jobs of kind "bq_test_bqtest" match, want exactly one`)
 		bunqueuetest.RequireNotEnqueued(ctx, f, db, bqtArgs{Name: "one"}, nil)
 		f.failed(t, `RequireNotEnqueued: 1 pending job of kind "bq_test_bqtest" matches, want none`, fmt.Sprintf("job %d (queue %q", id, queue))
 
