@@ -13,7 +13,10 @@
 // does. Their Tx variants read through a transaction, and so see the jobs
 // it enqueued before it commits. A check that fails ends the test with a
 // message that lists the pending jobs of the kind and how each differs,
-// or, when there are none, the kinds that are pending.
+// or, when there are none, the kinds that are pending. The checks read
+// every pending job of the kind, other tests' included: on a database
+// that tests share, give each test a jobs queue of its own and name it in
+// RequireEnqueuedOpts.Queue.
 //
 //	job := bunqueuetest.RequireEnqueued(ctx, t, db, WelcomeEmail{UserID: user.ID},
 //		&bunqueuetest.RequireEnqueuedOpts{Queue: "emails"})

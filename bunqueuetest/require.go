@@ -30,6 +30,7 @@ type RequireEnqueuedOpts struct {
 	RunAt time.Time
 	// RunAtWithin is how far the job's due time may be from RunAt, for a
 	// job enqueued with a Delay (due that long after the database's now).
+	// It must not be negative, and needs RunAt.
 	RunAtWithin time.Duration
 }
 

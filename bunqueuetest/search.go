@@ -3,6 +3,7 @@ package bunqueuetest
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -56,6 +57,9 @@ type searched[T bunqueue.JobArgs] struct {
 // into those that match want and opts and the others.
 func search[T bunqueue.JobArgs](ctx context.Context, db bun.IDB, want T, opts *RequireEnqueuedOpts) (searched[T], error) {
 	s := searched[T]{kind: want.Kind()}
+	if err := opts.check(); err != nil {
+		return s, err
+	}
 	var err error
 	if s.d, err = sqldialect.For(db); err != nil {
 		return s, err
@@ -101,6 +105,19 @@ func newCandidate[T bunqueue.JobArgs](r *jobRow) candidate[T] {
 		}
 	}
 	return c
+}
+
+// check returns what makes o unfit to match jobs with, naming the field.
+func (o *RequireEnqueuedOpts) check() error {
+	switch {
+	case o == nil:
+		return nil
+	case o.RunAtWithin < 0:
+		return fmt.Errorf("RequireEnqueuedOpts.RunAtWithin must not be negative, got %s", o.RunAtWithin)
+	case o.RunAtWithin > 0 && o.RunAt.IsZero():
+		return errors.New("RequireEnqueuedOpts.RunAtWithin is set without RunAt")
+	}
+	return nil
 }
 
 // diffs says how a job, f, differs from o; nil if it matches.
