@@ -44,7 +44,11 @@ func (c *Client) workJob(ctx context.Context, id int64) (testbridge.Result, erro
 	if run == nil {
 		return testbridge.Result{}, fmt.Errorf("bunqueue: job %d is of kind %q, and no worker for it was added to the client: add one with AddWorker", id, row.Kind)
 	}
-	res := c.jobRunner(row.Queue, qc).runBatch(ctx, nil, 1, []feedKey{{id: fmt.Sprintf("id=%d", id), vals: []any{id}}})
+	r := c.jobRunner(row.Queue, qc)
+	if err := r.slots.ensure(ctx, c); err != nil { // as Start does: a GlobalLimit's slots
+		return testbridge.Result{}, err
+	}
+	res := r.runBatch(ctx, nil, 1, []feedKey{{id: fmt.Sprintf("id=%d", id), vals: []any{id}}})
 	return c.workResult(ctx, &row, res)
 }
 

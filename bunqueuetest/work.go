@@ -75,16 +75,17 @@ func Work(ctx context.Context, t testing.TB, client *bunqueue.Client, args bunqu
 // mode and runs the worker that bunqueue.AddWorker added for its kind
 // (in lock mode inside the claim transaction, so that the worker's writes
 // commit with the job's completion, or are undone with its failure),
-// with the queue's hooks and Timeout; then it completes the job, or
-// records its failure (a retry after the backoff, a snooze, a move to the
-// failed jobs) as a worker does. What the worker did is the WorkResult.
+// with the queue's hooks and Timeout, holding a slot of its GlobalLimit
+// if it has one; then it completes the job, or records its failure (a
+// retry after the backoff, a snooze, a move to the failed jobs) as a
+// worker does. What the worker did is the WorkResult.
 //
 // The client need not be started, and is better not: a started client's
 // workers may take the job first. WorkJob fails the test with t.Fatalf
 // if the job could not run: it is not pending, not due (scheduled
-// later), held by another worker, in a queue the client does not run, or
-// of a kind it has no worker for; or if its outcome could not be
-// recorded.
+// later), held by another worker, in a queue whose GlobalLimit slots are
+// all held, in a queue the client does not run, or of a kind it has no
+// worker for; or if its outcome could not be recorded.
 func WorkJob(ctx context.Context, t testing.TB, client *bunqueue.Client, id int64) *WorkResult {
 	t.Helper()
 	return workJob(ctx, t, "WorkJob", client, id)

@@ -153,12 +153,19 @@ func TestBunqueuetestWork(t *testing.T) {
 		require.NoError(t, bunqueue.Migrate(ctx, db))
 		effects := dbtest.Name("bq_test_bqtest_eff")
 		srvTable(t, db, effects, "n BIGINT NOT NULL, queue VARCHAR(64) NOT NULL")
-		for _, mode := range []bunqueue.JobMode{bunqueue.ModeLock, bunqueue.ModeLease} {
-			t.Run(mode.String(), func(t *testing.T) {
+		for _, qc := range []bunqueue.JobQueueConfig{
+			{Mode: bunqueue.ModeLock}, {Mode: bunqueue.ModeLease},
+			{Mode: bunqueue.ModeLock, GlobalLimit: 1}, {Mode: bunqueue.ModeLease, GlobalLimit: 1}, // a slot, made by WorkJob as by Start
+		} {
+			mode := qc.Mode
+			t.Run(fmt.Sprintf("%s_limit%d", mode, qc.GlobalLimit), func(t *testing.T) {
 				queue := jobQueue(t)
-				t.Cleanup(func() { deleteJobQueueRows(db, queue) })
+				t.Cleanup(func() {
+					deleteJobQueueRows(db, queue)
+					_, _ = db.NewRaw("DELETE FROM bunqueue_slots WHERE queue = ?", queue).Exec(context.Background())
+				})
 				c, err := bunqueue.NewClient(db, &bunqueue.Config{Logger: testLogger(t), Backoff: func(int) time.Duration { return time.Hour },
-					JobQueues: map[string]bunqueue.JobQueueConfig{queue: {Mode: mode}}})
+					JobQueues: map[string]bunqueue.JobQueueConfig{queue: qc}})
 				require.NoError(t, err)
 				require.NoError(t, bunqueue.AddWorker(c, bunqueue.WorkerFunc[bqtArgs](func(ctx context.Context, db bun.IDB, job *bunqueue.Job[bqtArgs]) error {
 					if _, err := db.NewRaw("INSERT INTO ? (n, queue) VALUES (?, ?)", bun.Ident(effects), job.Args.N, queue).Exec(ctx); err != nil {
