@@ -24,50 +24,54 @@ func (c *Client) jobSQL() jobsql.SQL { return jobsql.New(c.dialect) }
 func (c *Client) jobRunners() []*runner {
 	var runners []*runner
 	for name, qc := range c.cfg.JobQueues {
-		h := newHooks(c.cfg.Hooks, qc.Hooks)
-		if qc.Mode == ModeLease {
-			l := &leaseRunner{c: c, queue: name, cfg: qc, hooks: h, jobs: jobsQueue(c, name, leaseHandler, nil), slots: c.newSlots(name, qc.GlobalLimit)}
-			runners = append(runners, &runner{
-				name: name, runSettings: runSettings{workers: limitedWorkers(qc.Workers, qc.GlobalLimit), batch: qc.BatchSize, selfSized: qc.selfSized, poll: qc.PollInterval},
-				wake: make(chan struct{}, 1), slots: l.slots, queueEngine: l,
-			})
-			continue
-		}
-		q := jobsQueue(c, name,
-			func(ctx context.Context, tx bun.Tx, row *jobRow) error {
-				return c.runLocked(ctx, tx, row, h)
-			},
-			&QueueConfig[jobRow]{
-				Workers: qc.Workers, BatchSize: batchSize(qc), PollInterval: qc.PollInterval, Timeout: qc.Timeout, GlobalLimit: qc.GlobalLimit,
-				OnError: func(ctx context.Context, tx bun.Tx, row *jobRow, cause error) error {
-					fate := newJobFate(row, row.Attempts+1)
-					noteJobFate(ctx, fate) // for the worker's log line
-					_, after, err := c.failJob(ctx, tx, row, row.Attempts+1, cause, "")
-					if err == nil {
-						fate.recorded(cause, after)
-					}
-					return err
-				},
-			})
-		q.trusted = true // completion and failure always take the row out
-		q.complete = func(ctx context.Context, tx bun.Tx, prep bool, rows []*jobRow) error {
-			ids := make([]int64, len(rows))
-			for i, row := range rows {
-				ids[i] = row.ID
-			}
-			return c.completeHeld(ctx, tx, prep, ids)
-		}
-		q.creator = func(row *jobRow) context.Context { return c.tel.extract(row.TraceContext) }
-		q.attrs = func(row *jobRow) []attribute.KeyValue {
-			return []attribute.KeyValue{AttrKind.String(row.Kind), AttrAttempt.Int(row.Attempts + 1)}
-		}
-		q.outcomeF = func(row *jobRow, cause error) string { return failOutcome(cause, row.Attempts+1, row.MaxAttempts) }
-		q.hooks = hooks{} // runLocked calls them around the worker, not its completion
-		r := q.runner()
-		r.queueEngine = notingFates{r.queueEngine}
-		runners = append(runners, r)
+		runners = append(runners, c.jobRunner(name, qc))
 	}
 	return runners
+}
+
+// jobRunner returns the runner of the jobs queue name, configured by qc.
+func (c *Client) jobRunner(name string, qc JobQueueConfig) *runner {
+	h := newHooks(c.cfg.Hooks, qc.Hooks)
+	if qc.Mode == ModeLease {
+		l := &leaseRunner{c: c, queue: name, cfg: qc, hooks: h, jobs: jobsQueue(c, name, leaseHandler, nil), slots: c.newSlots(name, qc.GlobalLimit)}
+		return &runner{
+			name: name, runSettings: runSettings{workers: limitedWorkers(qc.Workers, qc.GlobalLimit), batch: qc.BatchSize, selfSized: qc.selfSized, poll: qc.PollInterval},
+			wake: make(chan struct{}, 1), slots: l.slots, queueEngine: l,
+		}
+	}
+	q := jobsQueue(c, name,
+		func(ctx context.Context, tx bun.Tx, row *jobRow) error {
+			return c.runLocked(ctx, tx, row, h)
+		},
+		&QueueConfig[jobRow]{
+			Workers: qc.Workers, BatchSize: batchSize(qc), PollInterval: qc.PollInterval, Timeout: qc.Timeout, GlobalLimit: qc.GlobalLimit,
+			OnError: func(ctx context.Context, tx bun.Tx, row *jobRow, cause error) error {
+				fate := newJobFate(row, row.Attempts+1)
+				noteJobFate(ctx, fate) // for the worker's log line
+				_, after, err := c.failJob(ctx, tx, row, row.Attempts+1, cause, "")
+				if err == nil {
+					fate.recorded(cause, after)
+				}
+				return err
+			},
+		})
+	q.trusted = true // completion and failure always take the row out
+	q.complete = func(ctx context.Context, tx bun.Tx, prep bool, rows []*jobRow) error {
+		ids := make([]int64, len(rows))
+		for i, row := range rows {
+			ids[i] = row.ID
+		}
+		return c.completeHeld(ctx, tx, prep, ids)
+	}
+	q.creator = func(row *jobRow) context.Context { return c.tel.extract(row.TraceContext) }
+	q.attrs = func(row *jobRow) []attribute.KeyValue {
+		return []attribute.KeyValue{AttrKind.String(row.Kind), AttrAttempt.Int(row.Attempts + 1)}
+	}
+	q.outcomeF = func(row *jobRow, cause error) string { return failOutcome(cause, row.Attempts+1, row.MaxAttempts) }
+	q.hooks = hooks{} // runLocked calls them around the worker, not its completion
+	r := q.runner()
+	r.queueEngine = notingFates{r.queueEngine}
+	return r
 }
 
 // notingFates is the engine of a jobs queue in lock mode: its OnError

@@ -137,28 +137,7 @@ func run(ctx context.Context, db *bun.DB) error {
 		return err
 	}
 
-	// The queue: the query says which rows are waiting and in what order;
-	// the handler runs inside the transaction that locks the row and must
-	// move the row out of the query, through that transaction.
-	queue := bunqueue.NewQueue[Email]("emails",
-		func(q *bun.SelectQuery) *bun.SelectQuery {
-			return q.Where("status = 'waiting'").
-				Where("retry_at IS NULL OR retry_at <= ?", bunqueue.Now(db)). // the database clock, not ours
-				Order("id")
-		},
-		func(ctx context.Context, tx bun.Tx, e *Email) error {
-			if err := send(ctx, e); err != nil {
-				return err // its writes are undone, then OnError records the failure
-			}
-			_, err := tx.NewUpdate().Model(e).
-				Set("status = 'sent'").
-				Set("sent_at = ?", bunqueue.Now(tx)).
-				WherePK().
-				Exec(ctx)
-			return err
-		},
-		&bunqueue.QueueConfig[Email]{Workers: 4, OnError: recordFailure},
-	)
+	queue := emailQueue(db)
 
 	// The client logs a failure that OnError recorded at Warn, and real
 	// trouble (a failure nothing recorded, a lost database) at Error. Here
@@ -203,6 +182,32 @@ func run(ctx context.Context, db *bun.DB) error {
 	fmt.Printf("done in %s: %d sent, %d failed for good; %d failed attempts recorded (%d send attempts in all)\n",
 		elapsed.Round(time.Millisecond), sent, failed, attempts, sent+attempts)
 	return nil
+}
+
+// emailQueue is the queue of the emails waiting in example_email on db:
+// the query says which rows are waiting and in what order; the handler
+// runs inside the transaction that locks the row and must move the row
+// out of the query, through that transaction.
+func emailQueue(db *bun.DB) *bunqueue.Queue[Email] {
+	return bunqueue.NewQueue[Email]("emails",
+		func(q *bun.SelectQuery) *bun.SelectQuery {
+			return q.Where("status = 'waiting'").
+				Where("retry_at IS NULL OR retry_at <= ?", bunqueue.Now(db)). // the database clock, not ours
+				Order("id")
+		},
+		func(ctx context.Context, tx bun.Tx, e *Email) error {
+			if err := send(ctx, e); err != nil {
+				return err // its writes are undone, then OnError records the failure
+			}
+			_, err := tx.NewUpdate().Model(e).
+				Set("status = 'sent'").
+				Set("sent_at = ?", bunqueue.Now(tx)).
+				WherePK().
+				Exec(ctx)
+			return err
+		},
+		&bunqueue.QueueConfig[Email]{Workers: 4, OnError: recordFailure},
+	)
 }
 
 // recordFailure is the queue's OnError. It runs in a transaction that

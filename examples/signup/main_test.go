@@ -30,6 +30,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunqueue/bunqueue"
+	"github.com/bunqueue/bunqueue/bunqueuetest"
 	"github.com/bunqueue/bunqueue/examples/internal/exampledb"
 	"github.com/bunqueue/bunqueue/tests/dbtest"
 )
@@ -219,17 +220,6 @@ func (a *testApp) usersWithEmail(email string) int {
 	return a.count("SELECT COUNT(*) FROM example_signup_user WHERE email = ?", email)
 }
 
-// welcomeJobs counts the welcome_email jobs for a user, in every queue,
-// by the user_id in their JSON args.
-func (a *testApp) welcomeJobs(userID int64) int {
-	a.t.Helper()
-	n, err := welcomeJobsFor(context.Background(), a.db, userID)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	return n
-}
-
 // emailsSent counts the welcome emails recorded for a user.
 func (a *testApp) emailsSent(userID int64) int {
 	return a.count("SELECT COUNT(*) FROM example_signup_sent WHERE user_id = ?", userID)
@@ -276,11 +266,10 @@ func TestSignupSendsOneWelcomeEmail(t *testing.T) {
 				}
 				// The worker is not running yet: the job waits in the test's
 				// queue, and no email is sent.
-				if n := a.count("SELECT COUNT(*) FROM bunqueue_jobs WHERE id = ? AND queue = ?", r.WelcomeJobID, a.queue); n != 1 {
-					t.Fatalf("job %d in queue %s: %d rows, want 1", r.WelcomeJobID, a.queue, n)
-				}
-				if n := a.welcomeJobs(r.ID); n != 1 {
-					t.Fatalf("welcome jobs for user %d: %d, want 1", r.ID, n)
+				job := bunqueuetest.RequireEnqueued(t.Context(), t, a.db, WelcomeEmail{UserID: r.ID},
+					&bunqueuetest.RequireEnqueuedOpts{Queue: a.queue})
+				if job.ID != r.WelcomeJobID {
+					t.Fatalf("the welcome job of user %d is job %d; POST /signup said %d", r.ID, job.ID, r.WelcomeJobID)
 				}
 				if n := a.emailsSent(r.ID); n != 0 {
 					t.Fatalf("emails sent before the worker ran: %d", n)
@@ -290,9 +279,7 @@ func TestSignupSendsOneWelcomeEmail(t *testing.T) {
 				a.waitFor(10*time.Second, "the welcome email was not recorded", func() bool { return a.emailsSent(r.ID) > 0 })
 				// The record and the job's completion committed together: the
 				// job is gone the moment the record is there.
-				if n := a.welcomeJobs(r.ID); n != 0 {
-					t.Errorf("welcome jobs left for user %d: %d, want 0", r.ID, n)
-				}
+				bunqueuetest.RequireNotEnqueued(t.Context(), t, a.db, WelcomeEmail{UserID: r.ID}, nil)
 				if n := a.count("SELECT COUNT(*) FROM bunqueue_failed_jobs WHERE queue = ?", a.queue); n != 0 {
 					t.Errorf("failed jobs in the test's queue: %d, want 0", n)
 				}
@@ -326,6 +313,40 @@ func TestSignupSendsOneWelcomeEmail(t *testing.T) {
 					t.Errorf("GET /users does not list user %d", r.ID)
 				}
 			})
+		}
+	})
+}
+
+// The welcome worker, run once through the client's own worker path
+// (bunqueuetest.WorkJob), without starting the client: it records the
+// email in the job's transaction, which completes the job; for a user
+// that no longer exists it cancels the job, which moves to the failed
+// jobs.
+func TestWelcomeWorker(t *testing.T) {
+	t.Parallel()
+	forEachServer(t, func(t *testing.T, srv testServer) {
+		a := newTestApp(t, srv)
+		ctx := t.Context()
+		r := a.postForm("/signup", url.Values{"email": {a.email("ada")}, "name": {"Ada Lovelace"}})
+		if r.status != http.StatusCreated {
+			t.Fatalf("POST /signup: got %+v, want 201", r)
+		}
+		job := bunqueuetest.RequireEnqueued(ctx, t, a.db, WelcomeEmail{UserID: r.ID}, &bunqueuetest.RequireEnqueuedOpts{Queue: a.queue})
+		res := bunqueuetest.WorkJob(ctx, t, a.client, job.ID)
+		if res.Outcome != bunqueuetest.Completed || res.Attempt != 1 {
+			t.Fatalf("the welcome job: %+v, want completed at the first attempt", res)
+		}
+		if n := a.emailsSent(r.ID); n != 1 {
+			t.Errorf("emails sent: %d, want 1", n)
+		}
+		bunqueuetest.RequireNotEnqueued(ctx, t, a.db, WelcomeEmail{UserID: r.ID}, nil)
+
+		res = bunqueuetest.Work(ctx, t, a.client, WelcomeEmail{UserID: -1}, &bunqueue.EnqueueOpts{Queue: a.queue})
+		if res.Outcome != bunqueuetest.Cancelled || res.Err == nil || !strings.Contains(res.Err.Error(), "user -1 no longer exists") {
+			t.Fatalf("the welcome job of a user that does not exist: %+v, want cancelled", res)
+		}
+		if n := a.count("SELECT COUNT(*) FROM bunqueue_failed_jobs WHERE job_id = ?", res.JobID); n != 1 {
+			t.Errorf("failed jobs with id %d: %d, want 1", res.JobID, n)
 		}
 	})
 }
@@ -369,9 +390,7 @@ func TestFailedSignupLeavesNoUserAndNoJob(t *testing.T) {
 				if n := a.count("SELECT COUNT(*) FROM bunqueue_jobs WHERE id = ?", r.RolledBackJobID); n != 0 {
 					t.Errorf("job %d: %d rows, want 0", r.RolledBackJobID, n)
 				}
-				if n := a.welcomeJobs(r.RolledBackUserID); n != 0 {
-					t.Errorf("welcome jobs for user %d: %d, want 0", r.RolledBackUserID, n)
-				}
+				bunqueuetest.RequireNotEnqueued(t.Context(), t, a.db, WelcomeEmail{UserID: r.RolledBackUserID}, nil)
 				if n := a.count("SELECT COUNT(*) FROM bunqueue_jobs WHERE queue = ?", a.queue); n != 0 {
 					t.Errorf("jobs in the test's queue: %d, want 0", n)
 				}
@@ -399,9 +418,7 @@ func TestDuplicateEmailIsAConflictAndMakesNoSecondJob(t *testing.T) {
 		if n := a.usersWithEmail(email); n != 1 {
 			t.Errorf("users with email %s: %d, want 1", email, n)
 		}
-		if n := a.welcomeJobs(first.ID); n != 1 {
-			t.Errorf("welcome jobs for user %d: %d, want 1", first.ID, n)
-		}
+		bunqueuetest.RequireEnqueued(t.Context(), t, a.db, WelcomeEmail{UserID: first.ID}, nil)
 		if n := a.count("SELECT COUNT(*) FROM bunqueue_jobs WHERE queue = ?", a.queue); n != 1 {
 			t.Errorf("jobs in the test's queue: %d, want 1", n)
 		}
