@@ -35,6 +35,7 @@ type Client struct {
 
 	mu       sync.Mutex
 	kinds    map[string]runJob // job workers by kind
+	periodic []*periodicJob    // Config.PeriodicJobs, checked
 	queues   []AnyQueue
 	names    map[string]bool
 	started  bool
@@ -75,11 +76,16 @@ func NewClient(db *bun.DB, cfg *Config) (*Client, error) {
 	if err := checkListener(db, c); err != nil {
 		return nil, err
 	}
+	periodic, err := periodicJobs(c)
+	if err != nil {
+		return nil, err
+	}
 	tel, err := newTelemetry(c)
 	if err != nil {
 		return nil, err
 	}
-	client := &Client{db: db, cfg: c, dialect: d, tel: tel, names: map[string]bool{}, kinds: map[string]runJob{}, stopping: make(chan struct{}), drained: make(chan struct{})}
+	client := &Client{db: db, cfg: c, dialect: d, tel: tel, names: map[string]bool{}, kinds: map[string]runJob{}, periodic: periodic,
+		stopping: make(chan struct{}), drained: make(chan struct{})}
 	if !c.NoPreparedStatements && d.Placeholder(1) != "" {
 		client.stmts = prepared.New(db.DB, client.prepareFailed)
 	}
@@ -167,8 +173,9 @@ func (c *Client) runners() []*runner {
 }
 
 // check runs Start's checks, in order: the pool's size, the server, the
-// pooler, each queue's table, key and query, the jobs tables, the schema
-// of the notification channel (with a Listener), and the queues' plans.
+// pooler, each queue's table, key and query, the jobs tables (with the
+// periodic table for periodic jobs), the schema of the notification
+// channel (with a Listener), and the queues' plans.
 func (c *Client) check(ctx context.Context, runners []*runner) error {
 	if err := c.checkPool(runners); err != nil {
 		return err
@@ -234,13 +241,18 @@ func (c *Client) checkQueue(ctx context.Context, r *runner) error {
 	return nil
 }
 
-// checkJobsTables checks, if the client runs jobs, that the jobs tables
-// exist.
+// checkJobsTables checks, if the client runs jobs or enqueues periodic
+// jobs, that the jobs tables exist, with the periodic table for the
+// latter.
 func (c *Client) checkJobsTables(ctx context.Context) error {
-	if !c.runsJobs() {
+	tables := []string{jobsql.Jobs, jobsql.Failed}
+	switch {
+	case len(c.periodic) > 0:
+		tables = append(tables, jobsql.Periodic)
+	case !c.runsJobs():
 		return nil
 	}
-	for _, t := range []string{jobsql.Jobs, jobsql.Failed} {
+	for _, t := range tables {
 		if err := c.dialect.CheckTable(ctx, c.db, "", t); err != nil {
 			return fmt.Errorf("bunqueue: the jobs tables are not ready (run bunqueue.Migrate, or apply bunqueue.MigrationSQL): %w", err)
 		}
@@ -272,6 +284,10 @@ func (c *Client) run(ctx context.Context, runners []*runner) {
 	if c.runsJobs() && c.cfg.Retention > 0 {
 		c.workers.Add(1)
 		go c.clean(workCtx)
+	}
+	if len(c.periodic) > 0 {
+		c.workers.Add(1)
+		go c.schedule(workCtx)
 	}
 	reg, err := c.tel.observeDepth(runners, c.cfg.Logger)
 	if err != nil {

@@ -422,9 +422,9 @@ VALUES (1, '%s', '%s', '{}', 0, 1, 1, '%s', 'e', UTC_TIMESTAMP(6), UTC_TIMESTAMP
 
 			applied, err := migrate.Run(t.Context(), db)
 			require.NoError(t, err)
-			var after1 []int // every version from 2 on
-			for v := 2; v <= migrate.Latest(); v++ {
-				after1 = append(after1, v)
+			var after1 []int // every version after 1
+			for _, m := range migrate.Migrations[1:] {
+				after1 = append(after1, m.Version)
 			}
 			require.Equal(t, after1, applied)
 			require.Equal(t, allVersions(t, db), appliedVersions(t, db))
