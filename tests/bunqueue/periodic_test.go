@@ -291,3 +291,69 @@ func TestPeriodicBadInput(t *testing.T) {
 	_, err := bunqueue.NewClient(db, &bunqueue.Config{PeriodicJobs: []bunqueue.PeriodicJob{ok}})
 	require.NoError(t, err)
 }
+
+// The periodic records' clock, NowMicros, is the database clock in
+// microseconds since the epoch: the instant of Now whatever the
+// session's time zone.
+func TestPeriodicDatabaseClock(t *testing.T) {
+	onServers(t, func(t *testing.T, srv dbtest.Server) {
+		db := srv.Open(t, 1)
+		d := dialectOf(db)
+		conn, err := db.Conn(t.Context())
+		require.NoError(t, err)
+		defer conn.Close()
+		switch srv.Name {
+		case "mysql":
+			_, err = conn.ExecContext(t.Context(), "SET time_zone = '+05:00'")
+		case "postgres":
+			_, err = conn.ExecContext(t.Context(), "SET TIME ZONE 'America/New_York'")
+		}
+		require.NoError(t, err)
+		var micros int64
+		var clock any // SQLite's is text
+		require.NoError(t, conn.QueryRowContext(t.Context(), "SELECT "+d.NowMicros()+", "+d.Now()).Scan(&micros, &clock))
+		now, ok := clock.(time.Time)
+		if !ok {
+			now, err = time.Parse("2006-01-02 15:04:05.999999-07:00", clock.(string))
+			require.NoError(t, err)
+		}
+		require.WithinDuration(t, now, time.UnixMicro(micros), 2*time.Millisecond, "the instant of Now")
+		require.WithinDuration(t, time.Now(), time.UnixMicro(micros), 5*time.Second, "the server's clock")
+	})
+}
+
+// A schedule changed in the code takes effect at once where the new one
+// ticks sooner: the record's next tick, set by the old schedule an hour
+// ahead, moves to the new one's.
+func TestPeriodicScheduleChanged(t *testing.T) {
+	onServers(t, func(t *testing.T, srv dbtest.Server) {
+		db := srv.Open(t, 0)
+		require.NoError(t, bunqueue.Migrate(t.Context(), db))
+		queue := jobQueue(t)
+		pj := bunqueue.PeriodicJob{Name: dbtest.Name("bq_test_periodic_changed"), Every: time.Hour, Args: periodicArgs{},
+			Opts: &bunqueue.EnqueueOpts{Queue: queue}}
+		t.Cleanup(func() {
+			deleteJobQueueRows(db, queue)
+			_, _ = db.NewRaw("DELETE FROM bunqueue_periodic WHERE name = ?", pj.Name).Exec(context.Background())
+		})
+		scheduler := func(pj bunqueue.PeriodicJob) *bunqueue.Client {
+			return jobsTestClient(t, db, bunqueue.Config{JobQueues: map[string]bunqueue.JobQueueConfig{queue: {}}, PeriodicJobs: []bunqueue.PeriodicJob{pj}})
+		}
+		hourly := scheduler(pj)
+		start(t, hourly)
+		eventually(t, 10*time.Second, func() bool {
+			return count(t, db, "SELECT COUNT(*) FROM bunqueue_periodic WHERE name = ?", pj.Name) == 1
+		}, "the schedule is recorded")
+		require.NoError(t, hourly.Stop(t.Context()))
+		require.Zero(t, count(t, db, "SELECT COUNT(*) FROM bunqueue_jobs WHERE queue = ?", queue))
+
+		pj.Every = time.Second
+		start(t, scheduler(pj))
+		eventually(t, 10*time.Second, func() bool {
+			return count(t, db, "SELECT COUNT(*) FROM bunqueue_jobs WHERE queue = ?", queue) >= 2
+		}, "the new schedule ticks")
+		var schedule string
+		require.NoError(t, db.NewRaw("SELECT schedule FROM bunqueue_periodic WHERE name = ?", pj.Name).Scan(t.Context(), &schedule))
+		require.Equal(t, "every 1s", schedule)
+	})
+}
