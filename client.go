@@ -115,26 +115,27 @@ func (c *Client) Add(q AnyQueue) error {
 	return nil
 }
 
-// Start checks the database and starts the workers of every queue. It
-// refuses a server that does not skip locked rows (it proves this with
-// two connections, using a two-row table named bunqueue_probe that it
+// Start checks the database and starts the workers of every queue, and
+// the scheduler of Config.PeriodicJobs if it lists any. It refuses a
+// server that does not skip locked rows (it proves this with two
+// connections, using a two-row table named bunqueue_probe that it
 // creates if missing; on SQLite, which has no row locks, it checks
 // instead that the pool uses WAL, a busy_timeout and transactions begun
 // IMMEDIATE), a queue whose table is missing or is a view (or, on MySQL
-// and MariaDB, is not InnoDB), a queue whose query the server refuses (it
-// runs each queue's claim once, with a condition no row meets, and
+// and MariaDB, is not InnoDB), a queue whose query the server refuses
+// (it runs each queue's claim once, with a condition no row meets, and
 // returns the server's error), a connection pool too small for the
 // workers, and a driver whose own prepared statements cannot work
 // through the pool's connection pooler (pgx's default mode behind
 // PgBouncer in transaction mode). It turns the workers' prepared
 // statements off, with a warning, if the pool does not keep them (see
-// Config.NoPreparedStatements). It explains each queue's query and logs a
-// warning, naming an index that would serve it, if the plan scans or
+// Config.NoPreparedStatements). It explains each queue's query and logs
+// a warning, naming an index that would serve it, if the plan scans or
 // sorts (an error with Config.StrictQueryPlans). It warns when the
 // database is a node of a multi-primary cluster, whose row locks are
-// local to a node, and more strongly when the pool reaches several of its
-// nodes (an error with Config.StrictClusterRouting). ctx bounds these
-// checks only: the workers run until Stop.
+// local to a node, and more strongly when the pool reaches several of
+// its nodes (an error with Config.StrictClusterRouting). ctx bounds
+// these checks only: the workers run until Stop.
 func (c *Client) Start(ctx context.Context) (err error) {
 	defer func() { err = c.dialect.Advise(err) }() // a driver that met a pooler: say what to do
 	c.mu.Lock()
@@ -308,15 +309,16 @@ func (c *Client) unstarted() error {
 	return nil
 }
 
-// Stop stops claiming new rows and waits for the rows in flight to finish
-// and commit. If ctx ends first, Stop cancels the handlers' contexts: their
-// transactions roll back and their rows return to the queue. Stop then
-// waits for the handlers to return (a handler that ignores its context
-// delays it) and returns ctx's error. A handler cut short in a statement
-// loses its connection: in a queue with a Timeout, Stop ends its server
-// session, which releases its rows before Stop returns; in one without,
-// the server releases them once it notices (at once, or when the
-// statement ends).
+// Stop stops claiming new rows and enqueueing periodic jobs, and waits
+// for the rows in flight (and a transaction that enqueues ticks) to
+// finish and commit. If ctx ends first, Stop cancels the handlers'
+// contexts: their transactions roll back and their rows return to the
+// queue. Stop then waits for the handlers to return (a handler that
+// ignores its context delays it) and returns ctx's error. A handler cut
+// short in a statement loses its connection: in a queue with a Timeout,
+// Stop ends its server session, which releases its rows before Stop
+// returns; in one without, the server releases them once it notices (at
+// once, or when the statement ends).
 //
 // Stop may be called more than once, and from several goroutines at
 // once: every call waits for the same drain, returning nil once it is
