@@ -2,6 +2,7 @@ package jobsql
 
 import (
 	"context"
+	"errors"
 
 	"github.com/uptrace/bun"
 
@@ -38,8 +39,11 @@ func (s SQL) PeriodicState(ctx context.Context, db bun.IDB, names []string) (int
 	var rows []periodicRow
 	err := scan(ctx, db, &rows, "SELECT c.clock_us, p.name, p.schedule, p.next_tick, p.last_tick FROM (SELECT "+s.d.NowMicros()+" AS clock_us) c"+
 		" LEFT JOIN "+Periodic+" p ON p.name IN (?)", bun.List(names))
-	if err != nil || len(rows) == 0 {
+	switch {
+	case err != nil:
 		return 0, nil, err
+	case len(rows) == 0: // the LEFT JOIN keeps the clock's row
+		return 0, nil, errors.New("the read of the clock and the periodic records returned no row")
 	}
 	recs := make(map[string]PeriodicRecord, len(rows))
 	for _, r := range rows {
