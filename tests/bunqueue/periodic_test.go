@@ -358,3 +358,20 @@ func TestPeriodicScheduleChanged(t *testing.T) {
 		require.Equal(t, "every 1s", schedule)
 	})
 }
+
+// Start refuses periodic jobs where the periodic table is missing (jobs
+// tables migrated before schema version 5), and says to migrate.
+func TestPeriodicNotMigrated(t *testing.T) {
+	onServers(t, func(t *testing.T, srv dbtest.Server) {
+		db := emptyDB(t, srv)
+		require.NoError(t, bunqueue.Migrate(t.Context(), db))
+		dbtest.Exec(t, db, "DROP TABLE bunqueue_periodic")
+		c := jobsTestClient(t, db, bunqueue.Config{PeriodicJobs: []bunqueue.PeriodicJob{
+			{Name: "bq_test_periodic_unmigrated", Every: time.Minute, Args: periodicArgs{}},
+		}})
+		err := c.Start(t.Context())
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "bunqueue_periodic")
+		require.Contains(t, err.Error(), "run bunqueue.Migrate")
+	})
+}
