@@ -44,11 +44,14 @@ func (c *Client) schedule(ctx context.Context) {
 	failures := 0
 	for {
 		wait, err := c.lookAtSchedules(ctx, names)
-		if err != nil {
+		switch {
+		case ctx.Err() != nil: // Stop gave up waiting
+			return
+		case err != nil:
 			failures++
 			wait = min(wait, backoff.Jitter(backoff.Exponential(failures, time.Second, periodicRetryMax), 0.2))
 			c.cfg.Logger.WarnContext(ctx, "bunqueue: periodic jobs: "+unprefixed(err), "retry_in", wait.Round(time.Millisecond))
-		} else {
+		default:
 			failures = 0
 		}
 		t := time.NewTimer(max(wait, time.Millisecond))
