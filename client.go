@@ -35,6 +35,7 @@ type Client struct {
 
 	mu       sync.Mutex
 	kinds    map[string]runJob // job workers by kind
+	periodic []*periodicJob    // Config.PeriodicJobs, checked
 	queues   []AnyQueue
 	names    map[string]bool
 	started  bool
@@ -75,11 +76,16 @@ func NewClient(db *bun.DB, cfg *Config) (*Client, error) {
 	if err := checkListener(db, c); err != nil {
 		return nil, err
 	}
+	periodic, err := periodicJobs(c)
+	if err != nil {
+		return nil, err
+	}
 	tel, err := newTelemetry(c)
 	if err != nil {
 		return nil, err
 	}
-	client := &Client{db: db, cfg: c, dialect: d, tel: tel, names: map[string]bool{}, kinds: map[string]runJob{}, stopping: make(chan struct{}), drained: make(chan struct{})}
+	client := &Client{db: db, cfg: c, dialect: d, tel: tel, names: map[string]bool{}, kinds: map[string]runJob{}, periodic: periodic,
+		stopping: make(chan struct{}), drained: make(chan struct{})}
 	if !c.NoPreparedStatements && d.Placeholder(1) != "" {
 		client.stmts = prepared.New(db.DB, client.prepareFailed)
 	}
@@ -109,26 +115,27 @@ func (c *Client) Add(q AnyQueue) error {
 	return nil
 }
 
-// Start checks the database and starts the workers of every queue. It
-// refuses a server that does not skip locked rows (it proves this with
-// two connections, using a two-row table named bunqueue_probe that it
+// Start checks the database and starts the workers of every queue, and
+// the scheduler of Config.PeriodicJobs if it lists any. It refuses a
+// server that does not skip locked rows (it proves this with two
+// connections, using a two-row table named bunqueue_probe that it
 // creates if missing; on SQLite, which has no row locks, it checks
 // instead that the pool uses WAL, a busy_timeout and transactions begun
 // IMMEDIATE), a queue whose table is missing or is a view (or, on MySQL
-// and MariaDB, is not InnoDB), a queue whose query the server refuses (it
-// runs each queue's claim once, with a condition no row meets, and
+// and MariaDB, is not InnoDB), a queue whose query the server refuses
+// (it runs each queue's claim once, with a condition no row meets, and
 // returns the server's error), a connection pool too small for the
 // workers, and a driver whose own prepared statements cannot work
 // through the pool's connection pooler (pgx's default mode behind
 // PgBouncer in transaction mode). It turns the workers' prepared
 // statements off, with a warning, if the pool does not keep them (see
-// Config.NoPreparedStatements). It explains each queue's query and logs a
-// warning, naming an index that would serve it, if the plan scans or
+// Config.NoPreparedStatements). It explains each queue's query and logs
+// a warning, naming an index that would serve it, if the plan scans or
 // sorts (an error with Config.StrictQueryPlans). It warns when the
 // database is a node of a multi-primary cluster, whose row locks are
-// local to a node, and more strongly when the pool reaches several of its
-// nodes (an error with Config.StrictClusterRouting). ctx bounds these
-// checks only: the workers run until Stop.
+// local to a node, and more strongly when the pool reaches several of
+// its nodes (an error with Config.StrictClusterRouting). ctx bounds
+// these checks only: the workers run until Stop.
 func (c *Client) Start(ctx context.Context) (err error) {
 	defer func() { err = c.dialect.Advise(err) }() // a driver that met a pooler: say what to do
 	c.mu.Lock()
@@ -167,8 +174,9 @@ func (c *Client) runners() []*runner {
 }
 
 // check runs Start's checks, in order: the pool's size, the server, the
-// pooler, each queue's table, key and query, the jobs tables, the schema
-// of the notification channel (with a Listener), and the queues' plans.
+// pooler, each queue's table, key and query, the jobs tables (with the
+// periodic table for periodic jobs), the schema of the notification
+// channel (with a Listener), and the queues' plans.
 func (c *Client) check(ctx context.Context, runners []*runner) error {
 	if err := c.checkPool(runners); err != nil {
 		return err
@@ -240,13 +248,18 @@ func (c *Client) checkQueue(ctx context.Context, r *runner) error {
 	return nil
 }
 
-// checkJobsTables checks, if the client runs jobs, that the jobs tables
-// exist.
+// checkJobsTables checks, if the client runs jobs or enqueues periodic
+// jobs, that the jobs tables exist, with the periodic table for the
+// latter.
 func (c *Client) checkJobsTables(ctx context.Context) error {
-	if !c.runsJobs() {
+	tables := []string{jobsql.Jobs, jobsql.Failed}
+	switch {
+	case len(c.periodic) > 0:
+		tables = append(tables, jobsql.Periodic)
+	case !c.runsJobs():
 		return nil
 	}
-	for _, t := range []string{jobsql.Jobs, jobsql.Failed} {
+	for _, t := range tables {
 		if err := c.dialect.CheckTable(ctx, c.db, "", t); err != nil {
 			return fmt.Errorf("bunqueue: the jobs tables are not ready (run bunqueue.Migrate, or apply bunqueue.MigrationSQL): %w", err)
 		}
@@ -279,6 +292,10 @@ func (c *Client) run(ctx context.Context, runners []*runner) {
 		c.workers.Add(1)
 		go c.clean(workCtx)
 	}
+	if len(c.periodic) > 0 {
+		c.workers.Add(1)
+		go c.schedule(workCtx)
+	}
 	reg, err := c.tel.observeDepth(runners, c.cfg.Logger)
 	if err != nil {
 		c.cfg.Logger.WarnContext(ctx, "bunqueue: the queue depth gauge is off", "error", err)
@@ -298,15 +315,16 @@ func (c *Client) unstarted() error {
 	return nil
 }
 
-// Stop stops claiming new rows and waits for the rows in flight to finish
-// and commit. If ctx ends first, Stop cancels the handlers' contexts: their
-// transactions roll back and their rows return to the queue. Stop then
-// waits for the handlers to return (a handler that ignores its context
-// delays it) and returns ctx's error. A handler cut short in a statement
-// loses its connection: in a queue with a Timeout, Stop ends its server
-// session, which releases its rows before Stop returns; in one without,
-// the server releases them once it notices (at once, or when the
-// statement ends).
+// Stop stops claiming new rows and enqueueing periodic jobs, and waits
+// for the rows in flight (and a transaction that enqueues ticks) to
+// finish and commit. If ctx ends first, Stop cancels the handlers'
+// contexts: their transactions roll back and their rows return to the
+// queue. Stop then waits for the handlers to return (a handler that
+// ignores its context delays it) and returns ctx's error. A handler cut
+// short in a statement loses its connection: in a queue with a Timeout,
+// Stop ends its server session, which releases its rows before Stop
+// returns; in one without, the server releases them once it notices (at
+// once, or when the statement ends).
 //
 // Stop may be called more than once, and from several goroutines at
 // once: every call waits for the same drain, returning nil once it is

@@ -134,6 +134,14 @@ type Config struct {
 	// least one worker was added with AddWorker.
 	JobQueues map[string]JobQueueConfig
 
+	// PeriodicJobs are the jobs this client enqueues on a schedule, while
+	// it runs (see PeriodicJob). Every process that lists a schedule
+	// keeps it: each tick is enqueued once, whichever of them comes first.
+	// NewClient refuses an invalid one, naming its field. They need the
+	// jobs tables of schema version 5 (Migrate), but no worker in this
+	// process: the jobs may run elsewhere.
+	PeriodicJobs []PeriodicJob
+
 	// Backoff computes the wait before a failed job's next attempt.
 	// Defaults to DefaultBackoff.
 	Backoff BackoffFunc

@@ -119,6 +119,16 @@
 // [ModeLease] a short transaction leases it, the worker runs outside any
 // transaction and heartbeats extend the lease (see [JobQueueConfig]).
 //
+// # Periodic jobs
+//
+// [Config.PeriodicJobs] lists jobs that a client enqueues on a schedule
+// while it runs: a [PeriodicJob] has a cron expression, read in an
+// explicit time zone (UTC by default), or a fixed interval. Every
+// process that lists a schedule keeps it, and each tick is enqueued
+// once, by the client that moves the schedule's record on, due by the
+// database clock; ticks missed while no process ran are enqueued within
+// [PeriodicJob.CatchUp], the older ones skipped.
+//
 // # Tracing and hooks
 //
 // A client makes OpenTelemetry spans and metrics through

@@ -11,11 +11,12 @@ import (
 )
 
 // Migrate creates or upgrades the jobs tables (bunqueue_jobs,
-// bunqueue_failed_jobs) and the paused queues' (bunqueue_queues), and
-// records the schema version in bunqueue_migrations. It is idempotent and
-// safe to run from several processes at once: they take turns on a named
-// server lock, and each version is applied once. Jobs and PauseQueue
-// need it; queues over the app's own tables run without it.
+// bunqueue_failed_jobs), the paused queues' (bunqueue_queues) and the
+// periodic jobs' records (bunqueue_periodic), and records the schema
+// version in bunqueue_migrations. It is idempotent and safe to run from
+// several processes at once: they take turns on a named server lock, and
+// each version is applied once. Jobs, periodic jobs and PauseQueue need
+// it; queues over the app's own tables run without it.
 func Migrate(ctx context.Context, db *bun.DB) error {
 	if _, err := migrate.Run(ctx, db); err != nil {
 		if d, derr := sqldialect.For(db); derr == nil {

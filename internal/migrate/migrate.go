@@ -20,6 +20,7 @@ const (
 	FailedJobsTable = "bunqueue_failed_jobs"
 	VersionsTable   = "bunqueue_migrations"
 	QueuesTable     = "bunqueue_queues"
+	PeriodicTable   = "bunqueue_periodic"
 	SlotsTable      = "bunqueue_slots"
 	lockName        = "bunqueue_migrate"
 	lockWait        = 60 * time.Second
@@ -163,6 +164,11 @@ var Migrations = []Migration{
 		},
 	},
 	{
+		Version:    5,
+		Name:       "periodic jobs",
+		Statements: []string{periodicDDL},
+	},
+	{
 		Version: 6,
 		Name:    "concurrency slots",
 		// The slots of a queue's limits, by kind (slotsql.Concurrency,
@@ -184,6 +190,21 @@ var Migrations = []Migration{
 		},
 	},
 }
+
+// periodicDDL is version 5 on MySQL and MariaDB: one row per periodic
+// job, by name. next_tick is the first tick not yet enqueued (or
+// skipped), last_tick the latest enqueued, both microseconds since the
+// Unix epoch: numbers, so that a driver's time zone cannot shift them,
+// and compared exactly by the compare-and-set that enqueues a tick once.
+// schedule describes the schedule that set next_tick.
+const periodicDDL = `CREATE TABLE IF NOT EXISTS ` + PeriodicTable + ` (
+	name VARBINARY(128) NOT NULL,
+	schedule VARBINARY(1024) NOT NULL,
+	next_tick BIGINT NOT NULL,
+	last_tick BIGINT NULL,
+	updated_at DATETIME(6) NOT NULL,
+	PRIMARY KEY (name)
+) ENGINE=InnoDB`
 
 // exactColumns is the ALTER TABLE of version 2 that gives the queue, kind
 // and unique_key columns of table the type typ, a format of their size.

@@ -75,6 +75,20 @@ var Postgres = Schema{
 			},
 		},
 		{
+			Version: 5,
+			Name:    "periodic jobs",
+			// As on MySQL: ticks are microseconds since the Unix epoch.
+			Statements: []string{
+				`CREATE TABLE IF NOT EXISTS ` + PeriodicTable + ` (
+	name VARCHAR(128) NOT NULL PRIMARY KEY,
+	schedule TEXT NOT NULL,
+	next_tick BIGINT NOT NULL,
+	last_tick BIGINT NULL,
+	updated_at TIMESTAMPTZ NOT NULL
+)`,
+			},
+		},
+		{
 			Version: 6,
 			Name:    "concurrency slots",
 			Statements: []string{

@@ -79,6 +79,20 @@ var SQLite = Schema{
 			},
 		},
 		{
+			Version: 5,
+			Name:    "periodic jobs",
+			// As on MySQL: ticks are microseconds since the Unix epoch.
+			Statements: []string{
+				`CREATE TABLE IF NOT EXISTS ` + PeriodicTable + ` (
+	name TEXT NOT NULL PRIMARY KEY,
+	schedule TEXT NOT NULL,
+	next_tick INTEGER NOT NULL,
+	last_tick INTEGER NULL,
+	updated_at DATETIME NOT NULL
+)`,
+			},
+		},
+		{
 			Version: 6,
 			Name:    "concurrency slots",
 			Statements: []string{

@@ -200,6 +200,12 @@ func (MySQL) System() string { return "mysql" }
 // tables and ignores the session's time_zone.
 func (MySQL) Now() string { return "UTC_TIMESTAMP(6)" }
 
+// NowMicros implements Dialect: the difference of UTC_TIMESTAMP(6)
+// from the epoch, both wall times in UTC, so no session time_zone enters.
+func (MySQL) NowMicros() string {
+	return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
+}
+
 // NowPlus implements Dialect.
 func (MySQL) NowPlus(d time.Duration) string {
 	return fmt.Sprintf("UTC_TIMESTAMP(6) + INTERVAL %d MICROSECOND", d.Microseconds())

@@ -254,6 +254,12 @@ func (Postgres) System() string { return "postgresql" }
 // stamp rows with it.
 func (Postgres) Now() string { return "statement_timestamp()" }
 
+// NowMicros implements Dialect: the statement's time as epoch seconds
+// (a numeric, exact to the microsecond) times a million.
+func (Postgres) NowMicros() string {
+	return "CAST(EXTRACT(EPOCH FROM statement_timestamp()) * 1000000 AS BIGINT)"
+}
+
 // NowPlus implements Dialect. The interval literal keeps every
 // microsecond, where a multiplication of an interval goes through float8.
 func (Postgres) NowPlus(d time.Duration) string {

@@ -90,6 +90,12 @@ type Dialect interface {
 	Now() string
 	// NowPlus is Now plus d, which may be negative.
 	NowPlus(d time.Duration) string
+	// NowMicros is the SQL of the database clock's time as a BIGINT of
+	// microseconds since the Unix epoch (to the millisecond where the
+	// server keeps no finer time), for the periodic jobs' records, whose
+	// ticks are numbers that mean one instant whatever a driver's or a
+	// session's time zone.
+	NowMicros() string
 	// Time renders t as a literal of the jobs tables' time columns.
 	Time(t time.Time) string
 	// SkipTakenKeys is the clause, after an INSERT's VALUES, that skips

@@ -307,6 +307,13 @@ const slNow = "strftime('%Y-%m-%d %H:%M:%f+00:00', 'now')"
 // per statement, to the millisecond.
 func (SQLite) Now() string { return slNow }
 
+// NowMicros implements Dialect: SQLite keeps its clock in
+// milliseconds, and julianday gives it as days; rounded to the
+// millisecond, then microseconds.
+func (SQLite) NowMicros() string {
+	return "CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER) * 1000"
+}
+
 // NowPlus implements Dialect with a seconds modifier written in Go, to
 // the microsecond (SQLite has no microseconds modifier, and rounds to
 // the millisecond).
