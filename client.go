@@ -264,6 +264,10 @@ func (c *Client) checkJobsTables(ctx context.Context) error {
 			return fmt.Errorf("bunqueue: the jobs tables are not ready (run bunqueue.Migrate, or apply bunqueue.MigrationSQL): %w", err)
 		}
 	}
+	// A column of schema version 7, which the claims read.
+	if _, err := c.db.ExecContext(ctx, "SELECT "+jobsql.LimitKeyColumn+" FROM "+jobsql.Jobs+" WHERE 1 = 0"); err != nil {
+		return fmt.Errorf("bunqueue: the jobs tables are of an older schema version (run bunqueue.Migrate, or apply bunqueue.MigrationSQL): %w", err)
+	}
 	return nil
 }
 

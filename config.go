@@ -110,6 +110,13 @@ type JobQueueConfig struct {
 	// runs out.
 	GlobalLimit int
 
+	// KeyLimit, if not zero, is the most jobs of this queue that run at
+	// once across every process per EnqueueOpts.LimitKey (jobs without
+	// one are not limited): see QueueConfig.KeyLimit. In lease mode a
+	// batch leases one slot per key among its jobs with them, until the
+	// batch ends.
+	KeyLimit int
+
 	selfSized bool // BatchSize was left zero
 }
 
@@ -398,6 +405,8 @@ func (c Config) validate() error {
 			return field("PollInterval", q.PollInterval)
 		case q.GlobalLimit < 0:
 			return field("GlobalLimit", q.GlobalLimit)
+		case q.KeyLimit < 0:
+			return field("KeyLimit", q.KeyLimit)
 		case q.Mode != ModeLock && q.Mode != ModeLease:
 			return fmt.Errorf("bunqueue: Config.JobQueues[%q].Mode must be ModeLock or ModeLease, got %d", name, int(q.Mode))
 		case q.Mode == ModeLease && q.Lease < time.Second:

@@ -48,6 +48,11 @@ type EnqueueOpts struct {
 	// inserts nothing. The key is released when the job completes or
 	// fails for good. At most 255 bytes.
 	UniqueKey string
+	// LimitKey is the job's key for its queue's JobQueueConfig.KeyLimit:
+	// at most KeyLimit jobs with the same LimitKey run at once. Empty
+	// means none: the job is not limited. At most 255 bytes, UTF-8
+	// without NUL.
+	LimitKey string
 	// Metadata is stored with the job, as JSON, and given to its worker in
 	// Job.Metadata. Its keys and values must be valid UTF-8 (NUL bytes
 	// are kept).
@@ -322,13 +327,16 @@ func (c *Client) jobValues(ctx context.Context, db bun.IDB, p EnqueueParams, tra
 	if size := 2*(len(args)+len(meta)+len(trace)) + 1024; size > limit {
 		return fail("the payload (%d bytes of JSON args, %d of metadata) does not fit in the server's max_allowed_packet (%d bytes)", len(args), len(meta), limit)
 	}
-	var unique *string
+	var unique, limitKey *string
 	if o.UniqueKey != "" {
 		unique = &o.UniqueKey
 	}
+	if o.LimitKey != "" {
+		limitKey = &o.LimitKey
+	}
 	return c.jobSQL().Values(c.db.QueryGen(), jobsql.NewJob{
 		Queue: o.Queue, Kind: kind, Args: args, Metadata: meta, Priority: o.Priority, MaxAttempts: o.MaxAttempts,
-		RunAt: o.RunAt, Delay: o.Delay, UniqueKey: unique, TraceContext: trace,
+		RunAt: o.RunAt, Delay: o.Delay, UniqueKey: unique, LimitKey: limitKey, TraceContext: trace,
 	}), nil
 }
 
@@ -359,8 +367,13 @@ func (o *EnqueueOpts) check(queues map[string]JobQueueConfig) error {
 		return fmt.Errorf("EnqueueOpts.RunAt must be within years 1000 and 9999 (in UTC), got %s", o.RunAt.UTC().Format("2006-01-02 15:04:05.999999999 MST"))
 	case len(o.UniqueKey) > 255:
 		return fmt.Errorf("EnqueueOpts.UniqueKey must have at most 255 bytes, got %d", len(o.UniqueKey))
+	case len(o.LimitKey) > 255:
+		return fmt.Errorf("EnqueueOpts.LimitKey must have at most 255 bytes, got %d", len(o.LimitKey))
 	}
 	if err := checkText("EnqueueOpts.UniqueKey", o.UniqueKey); err != nil {
+		return err
+	}
+	if err := checkText("EnqueueOpts.LimitKey", o.LimitKey); err != nil {
 		return err
 	}
 	for k, v := range o.Metadata {

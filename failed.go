@@ -33,6 +33,8 @@ type FailedJob struct {
 	MaxAttempts int
 	// UniqueKey is the job's EnqueueOpts.UniqueKey, or nil.
 	UniqueKey *string
+	// LimitKey is the job's EnqueueOpts.LimitKey, or nil.
+	LimitKey *string
 	// Error is the last attempt's error; for a panic, with its stack.
 	Error     string
 	CreatedAt time.Time
@@ -120,7 +122,7 @@ func (c *Client) RetryFailedTx(ctx context.Context, db bun.IDB, id int64) (int64
 		}
 		values := jobs.Values(c.db.QueryGen(), jobsql.NewJob{
 			Queue: f.Queue, Kind: f.Kind, Args: f.Args, Metadata: f.Metadata, Priority: f.Priority, MaxAttempts: f.MaxAttempts,
-			CreatedAt: f.CreatedAt, UniqueKey: f.UniqueKey, TraceContext: f.TraceContext,
+			CreatedAt: f.CreatedAt, UniqueKey: f.UniqueKey, LimitKey: f.LimitKey, TraceContext: f.TraceContext,
 		})
 		res, err := c.insertJob(ctx, tx, values, f.UniqueKey)
 		if err != nil {

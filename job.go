@@ -157,6 +157,7 @@ type jobRow struct {
 	CompletedAt *time.Time
 	LastError   *string
 	UniqueKey   *string
+	LimitKey    *string // for the queue's KeyLimit
 	LeaseToken  *string
 	// TraceContext is the carrier of the span that enqueued the job.
 	TraceContext []byte

@@ -33,10 +33,14 @@ func (c *Client) jobRunners() []*runner {
 func (c *Client) jobRunner(name string, qc JobQueueConfig) *runner {
 	h := newHooks(c.cfg.Hooks, qc.Hooks)
 	if qc.Mode == ModeLease {
-		l := &leaseRunner{c: c, queue: name, cfg: qc, hooks: h, jobs: jobsQueue(c, name, leaseHandler, nil), slots: c.newSlots(name, qc.GlobalLimit)}
+		var claims *QueueConfig[jobRow] // for its claims, which leave out the full keys
+		if qc.KeyLimit > 0 {
+			claims = &QueueConfig[jobRow]{KeyColumn: jobsql.LimitKeyColumn, KeyLimit: qc.KeyLimit}
+		}
+		l := &leaseRunner{c: c, queue: name, cfg: qc, hooks: h, jobs: jobsQueue(c, name, leaseHandler, claims), slots: c.newSlots(name, qc.GlobalLimit)}
 		return &runner{
 			name: name, runSettings: runSettings{workers: limitedWorkers(qc.Workers, qc.GlobalLimit), batch: qc.BatchSize, selfSized: qc.selfSized, poll: qc.PollInterval},
-			wake: make(chan struct{}, 1), slots: l.slots, queueEngine: l,
+			wake: make(chan struct{}, 1), slots: l.slots, keys: l.jobs.keyLimit, queueEngine: l,
 		}
 	}
 	q := jobsQueue(c, name,
@@ -45,6 +49,7 @@ func (c *Client) jobRunner(name string, qc JobQueueConfig) *runner {
 		},
 		&QueueConfig[jobRow]{
 			Workers: qc.Workers, BatchSize: batchSize(qc), PollInterval: qc.PollInterval, Timeout: qc.Timeout, GlobalLimit: qc.GlobalLimit,
+			KeyLimit: qc.KeyLimit, KeyColumn: keyColumn(qc),
 			OnError: func(ctx context.Context, tx bun.Tx, row *jobRow, cause error) error {
 				fate := newJobFate(row, row.Attempts+1)
 				noteJobFate(ctx, fate) // for the worker's log line
@@ -72,6 +77,15 @@ func (c *Client) jobRunner(name string, qc JobQueueConfig) *runner {
 	r := q.runner()
 	r.queueEngine = notingFates{r.queueEngine}
 	return r
+}
+
+// keyColumn is the jobs table's column of the keys of qc's KeyLimit, if
+// it has one.
+func keyColumn(qc JobQueueConfig) string {
+	if qc.KeyLimit > 0 {
+		return jobsql.LimitKeyColumn
+	}
+	return ""
 }
 
 // notingFates is the engine of a jobs queue in lock mode: its OnError

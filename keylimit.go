@@ -103,9 +103,9 @@ func (k *keyLimit) limit(key string) slotsql.Limit {
 }
 
 // take locks a free slot of key in tx, creating the key's slots first if
-// this process has not met it yet, and reports whether it got one; a key
-// without a free slot is marked full, with val, its column value.
-func (k *keyLimit) take(ctx context.Context, tx bun.IDB, key string, val any) (bool, error) {
+// this process has not met it yet, and returns it, or -1 if none was
+// free: the key is then marked full, with val, its column value.
+func (k *keyLimit) take(ctx context.Context, tx bun.IDB, key string, val any) (int, error) {
 	k.mu.Lock()
 	known := k.known[key]
 	k.mu.Unlock()
@@ -119,7 +119,7 @@ func (k *keyLimit) take(ctx context.Context, tx bun.IDB, key string, val any) (b
 			db = tx
 		}
 		if err := k.sql.Ensure(ctx, db, k.limit(key), k.n); err != nil {
-			return false, fmt.Errorf("bunqueue: queue %q: creating the slots of a KeyLimit: %w", k.queue, err)
+			return -1, fmt.Errorf("bunqueue: queue %q: creating the slots of a KeyLimit: %w", k.queue, err)
 		}
 		k.mu.Lock()
 		if len(k.known) >= 100_000 {
@@ -130,15 +130,15 @@ func (k *keyLimit) take(ctx context.Context, tx bun.IDB, key string, val any) (b
 	}
 	got, err := k.sql.Take(ctx, tx, k.limit(key), k.n, 1)
 	if err != nil {
-		return false, fmt.Errorf("bunqueue: queue %q: taking a slot of a KeyLimit: %w", k.queue, err)
+		return -1, fmt.Errorf("bunqueue: queue %q: taking a slot of a KeyLimit: %w", k.queue, err)
 	}
 	if len(got) == 0 {
 		k.mu.Lock()
 		k.full[key] = fullKey{val: val, until: time.Now().Add(fullFor)}
 		k.mu.Unlock()
-		return false, nil
+		return -1, nil
 	}
-	return true, nil
+	return got[0], nil
 }
 
 // freed notes that a transaction of this process that held a slot of
@@ -199,6 +199,31 @@ func (q *Queue[T]) excludeFull(sel *bun.SelectQuery, now time.Time) *bun.SelectQ
 	return sel.Where("(?TableAlias.? IS NULL OR ?TableAlias.? NOT IN (?))", bun.Ident(q.keyLimit.column), bun.Ident(q.keyLimit.column), bun.List(vals))
 }
 
+// slotsPerKey takes, in tx, one slot per key among the n items that
+// keyOf(i) describes, and returns which items may run: those without a
+// key, and those whose key got a slot; the items of one key share it.
+func slotsPerKey(ctx context.Context, k *keyLimit, tx bun.IDB, n int, keyOf func(i int) (string, any, bool)) (run []bool, held []heldSlot, err error) {
+	granted := map[string]bool{}
+	run = make([]bool, n)
+	for i := range n {
+		key, val, limited := keyOf(i)
+		ok, seen := granted[key]
+		if limited && !seen {
+			slot, err := k.take(ctx, tx, key, val)
+			if err != nil {
+				return nil, nil, err
+			}
+			ok = slot >= 0
+			granted[key] = ok
+			if ok {
+				held = append(held, heldSlot{k.limit(key), slot})
+			}
+		}
+		run[i] = !limited || ok
+	}
+	return run, held, nil
+}
+
 // takeKeySlots locks one slot per key among the claimed rows, if the
 // queue has a KeyLimit, and leaves out of the batch the rows whose key
 // has no free slot. The path ends here if none is left.
@@ -207,32 +232,38 @@ func (b *claimTx[T]) takeKeySlots(ctx context.Context) bool {
 	if q.keyLimit == nil {
 		return true
 	}
-	granted := map[string]bool{}
-	var kept []string
+	run, held, err := slotsPerKey(ctx, q.keyLimit, b.tx, len(b.items), func(i int) (string, any, bool) { return q.keyOf(&b.items[i]) })
+	if err != nil {
+		b.res.err = err
+		return false
+	}
 	n := 0
 	for i := range b.items {
-		key, val, limited := q.keyOf(&b.items[i])
-		if limited {
-			ok, seen := granted[key]
-			if !seen {
-				var err error
-				if ok, err = q.keyLimit.take(ctx, b.tx, key, val); err != nil {
-					b.res.err = err
-					return false
-				}
-				granted[key] = ok
-				if ok {
-					kept = append(kept, key)
-				}
-			}
-			if !ok {
-				continue // its key is full: back to the queue at the end
-			}
+		if run[i] { // else its key is full: back to the queue at the end
+			b.items[n], b.held[n], b.res.got[n] = b.items[i], b.held[i], b.res.got[i]
+			n++
 		}
-		b.items[n], b.held[n], b.res.got[n] = b.items[i], b.held[i], b.res.got[i]
-		n++
 	}
 	b.items, b.held, b.res.got = b.items[:n], b.held[:n], b.res.got[:n]
-	b.keySlots = kept
+	for _, h := range held {
+		b.keySlots = append(b.keySlots, h.limit.Key)
+	}
 	return n > 0
+}
+
+// takeKeySlots takes, in the lease transaction tx, one slot per key among
+// rows, and returns the rows that may be leased, and the slots to lease
+// with them.
+func (l *leaseRunner) takeKeySlots(ctx context.Context, tx bun.Tx, rows []jobRow) ([]jobRow, []heldSlot, error) {
+	run, held, err := slotsPerKey(ctx, l.jobs.keyLimit, tx, len(rows), func(i int) (string, any, bool) { return l.jobs.keyOf(&rows[i]) })
+	if err != nil {
+		return nil, nil, err
+	}
+	kept := rows[:0]
+	for i := range rows {
+		if run[i] {
+			kept = append(kept, rows[i])
+		}
+	}
+	return kept, held, nil
 }

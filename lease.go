@@ -15,6 +15,8 @@ import (
 	"github.com/uptrace/bun/schema"
 	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+
+	"github.com/bunqueue/bunqueue/internal/slotsql"
 )
 
 // finishTimeout bounds the writes that complete, fail or release a job;
@@ -66,13 +68,13 @@ func (l *leaseRunner) runBatch(ctx context.Context, _ *session, limit int, keys 
 	var rows []jobRow
 	var token string
 	var claimed time.Time
-	slot := -1
+	var held []heldSlot
 	began := time.Now()
 	err := l.c.retry(ctx, func() (err error) {
 		// Taken before the claim's UPDATE sets the leases from the database
 		// clock: they end no earlier than claimed + Lease.
 		claimed = time.Now()
-		rows, token, slot, err = l.claim(ctx, limit, keys, &res)
+		rows, token, held, err = l.claim(ctx, limit, keys, &res)
 		return err
 	})
 	if errors.Is(err, errLimited) {
@@ -91,11 +93,11 @@ func (l *leaseRunner) runBatch(ctx context.Context, _ *session, limit int, keys 
 	if len(rows) == 0 {
 		return res
 	}
-	if slot >= 0 {
-		defer l.freeSlot(ctx, slot, token) // after the keeper stops
+	if len(held) > 0 {
+		defer l.freeSlots(ctx, held, token) // after the keeper stops
 	}
 	keeper := newLeaseKeeper(l, rows, token, claimed)
-	keeper.slot = slot
+	keeper.slots = held
 	go keeper.beat(ctx)
 	defer keeper.stop()
 	for i := range rows {
@@ -110,39 +112,67 @@ func (l *leaseRunner) runBatch(ctx context.Context, _ *session, limit int, keys 
 
 // claim locks waiting jobs, moves those whose last attempt's lease expired
 // to the failed jobs, and leases the others with a fresh token. With a
-// GlobalLimit it first takes a free slot (errLimited if there is none),
-// and leases it with the jobs: slot is -1 if it leased none.
+// GlobalLimit it first takes a free slot (errLimited if there is none);
+// with a KeyLimit it leases only the jobs whose key has a free slot. It
+// leases the slots with the jobs, and returns them.
 //
 // The transaction does not end with ctx: a driver that sends COMMIT under
 // a context that Stop cancels (pgx does) reports an error after the server
 // may have committed, and the jobs would stay leased, not run, until their
 // leases ran out. The caller releases what it claimed if ctx has ended.
-func (l *leaseRunner) claim(ctx context.Context, limit int, keys []feedKey, res *batchResult) (_ []jobRow, token string, slot int, _ error) {
+func (l *leaseRunner) claim(ctx context.Context, limit int, keys []feedKey, res *batchResult) (_ []jobRow, token string, held []heldSlot, _ error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
 	tx, err := l.c.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
-		return nil, "", -1, err
+		return nil, "", nil, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	slot = -1
 	if l.slots != nil {
-		if slot, err = l.slots.take(ctx, tx); err != nil {
-			return nil, "", -1, err
+		slot, err := l.slots.take(ctx, tx)
+		if err != nil {
+			return nil, "", nil, err
 		}
+		held = append(held, heldSlot{l.slots.limit, slot})
 	}
 	rows, err := l.jobs.claim(ctx, tx, l.jobs.prepares, limit, keys) // from a worker: prepared statements serve it
 	if err != nil {
-		return nil, "", -1, err
+		return nil, "", nil, err
 	}
 	res.claimed = len(rows)
-	live := rows[:0]
-	var ids []int64
-	var expired []error
+	live, expired, err := l.expire(ctx, tx, rows)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if l.jobs.keyLimit != nil {
+		var keyed []heldSlot
+		if live, keyed, err = l.takeKeySlots(ctx, tx, live); err != nil {
+			return nil, "", nil, err
+		}
+		held = append(held, keyed...)
+	}
+	token = newToken()
+	if len(live) == 0 {
+		held = nil // the transaction's end frees them
+	} else if err := l.lease(ctx, tx, live, token, held); err != nil {
+		return nil, "", nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, "", nil, err
+	}
+	res.itemErrs = append(res.itemErrs, expired...)
+	return live, token, held, nil
+}
+
+// expire moves the jobs of rows whose last attempt's lease expired to the
+// failed jobs, and returns the others, their attempt counted, and an
+// ItemError for each it moved.
+func (l *leaseRunner) expire(ctx context.Context, tx bun.Tx, rows []jobRow) (live []jobRow, expired []error, _ error) {
+	live = rows[:0]
 	for _, r := range rows {
 		if r.Attempts >= r.MaxAttempts {
 			if _, _, err := l.c.failJob(ctx, tx, &r, r.Attempts, errLeaseExpired, ""); err != nil {
-				return nil, "", -1, err
+				return nil, nil, err
 			}
 			fate := newJobFate(&r, r.Attempts)
 			fate.recorded(errLeaseExpired, 0)
@@ -151,26 +181,27 @@ func (l *leaseRunner) claim(ctx context.Context, limit int, keys []feedKey, res 
 		}
 		r.Attempts++
 		live = append(live, r)
-		ids = append(ids, r.ID)
 	}
-	token = newToken()
-	if len(ids) > 0 {
-		if err := l.c.jobSQL().Lease(ctx, tx, ids, token, l.cfg.Lease); err != nil {
-			return nil, "", -1, err
+	return live, expired, nil
+}
+
+// lease leases the jobs of rows and the slots of held, all of which tx
+// locks, to token.
+func (l *leaseRunner) lease(ctx context.Context, tx bun.Tx, rows []jobRow, token string, held []heldSlot) error {
+	ids := make([]int64, len(rows))
+	for i := range rows {
+		ids[i] = rows[i].ID
+	}
+	if err := l.c.jobSQL().Lease(ctx, tx, ids, token, l.cfg.Lease); err != nil {
+		return err
+	}
+	sq := slotsql.New(l.c.dialect)
+	for _, h := range held {
+		if err := sq.Hold(ctx, tx, h.limit, []int{h.slot}, token, l.cfg.Lease); err != nil {
+			return err
 		}
 	}
-	if slot >= 0 && len(ids) > 0 {
-		if err := l.slots.sql.Hold(ctx, tx, l.slots.limit, []int{slot}, token, l.cfg.Lease); err != nil {
-			return nil, "", -1, err
-		}
-	} else {
-		slot = -1
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, "", -1, err
-	}
-	res.itemErrs = append(res.itemErrs, expired...)
-	return live, token, slot, nil
+	return nil
 }
 
 // runOne runs one leased job and completes, fails or releases it, if the
@@ -318,7 +349,7 @@ func newToken() string {
 type leaseKeeper struct {
 	l     *leaseRunner
 	token string
-	slot  int // the GlobalLimit slot leased with the jobs, or -1
+	slots []heldSlot // the slots leased with the jobs
 	done  chan struct{}
 	wg    sync.WaitGroup
 
@@ -331,7 +362,7 @@ type leaseKeeper struct {
 }
 
 func newLeaseKeeper(l *leaseRunner, rows []jobRow, token string, claimed time.Time) *leaseKeeper {
-	k := &leaseKeeper{l: l, token: token, slot: -1, done: make(chan struct{}), held: map[int64]bool{}, lost: map[int64]bool{}}
+	k := &leaseKeeper{l: l, token: token, done: make(chan struct{}), held: map[int64]bool{}, lost: map[int64]bool{}}
 	for _, r := range rows {
 		k.held[r.ID] = true
 	}
@@ -436,10 +467,10 @@ func (k *leaseKeeper) extend(ctx context.Context) {
 		// Some lease was taken over: find which.
 		still, err = jobs.Leased(hctx, db, ids, k.token)
 	}
-	if err == nil && k.slot >= 0 {
-		var kept int64
-		if kept, err = k.l.slots.sql.Extend(hctx, db, k.l.slots.limit, []int{k.slot}, k.token, lease); err == nil && kept == 0 {
-			still = nil // the slot ran out and was taken: no job may run on under it
+	if err == nil && len(k.slots) > 0 {
+		var kept bool
+		if kept, err = k.l.extendSlots(hctx, k.slots, k.token); err == nil && !kept {
+			still = nil // a slot ran out and was taken: no job may run on under it
 		}
 	}
 	if err != nil {
@@ -464,14 +495,37 @@ func (k *leaseKeeper) extend(ctx context.Context) {
 	k.validUntil = sent.Add(lease - leaseMargin(lease))
 }
 
-// freeSlot gives back the GlobalLimit slot that a batch leased with its
-// jobs, once they all ended. If that fails, the slot is free when its
-// lease runs out.
-func (l *leaseRunner) freeSlot(ctx context.Context, slot int, token string) {
+// heldSlot is a slot that a lease-mode batch leased with its jobs.
+type heldSlot struct {
+	limit slotsql.Limit
+	slot  int
+}
+
+// extendSlots pushes the end of the leases of held to Lease from now,
+// and reports whether token still held every one.
+func (l *leaseRunner) extendSlots(ctx context.Context, held []heldSlot, token string) (bool, error) {
+	sq := slotsql.New(l.c.dialect)
+	for _, h := range held {
+		n, err := sq.Extend(ctx, l.c.db, h.limit, []int{h.slot}, token, l.cfg.Lease)
+		if err != nil || n == 0 {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// freeSlots gives back the slots that a batch leased with its jobs, once
+// they all ended. A slot it fails to free is free when its lease runs out.
+func (l *leaseRunner) freeSlots(ctx context.Context, held []heldSlot, token string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	if err := l.slots.sql.Free(ctx, l.c.db, l.slots.limit, []int{slot}, token); err != nil {
-		l.c.cfg.Logger.WarnContext(ctx, "bunqueue: freeing a slot of the GlobalLimit failed; it is free when its lease runs out", "queue", l.queue, "error", err)
+	sq := slotsql.New(l.c.dialect)
+	for _, h := range held {
+		if err := sq.Free(ctx, l.c.db, h.limit, []int{h.slot}, token); err != nil {
+			l.c.cfg.Logger.WarnContext(ctx, "bunqueue: freeing a slot of a limit failed; it is free when its lease runs out", "queue", l.queue, "error", err)
+		} else if l.jobs.keyLimit != nil {
+			l.jobs.keyLimit.freed([]string{h.limit.Key})
+		}
 	}
 }
 

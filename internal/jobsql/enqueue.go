@@ -36,6 +36,8 @@ type NewJob struct {
 	CreatedAt time.Time
 	// UniqueKey, when not nil, makes the job unique while it is pending.
 	UniqueKey *string
+	// LimitKey, when not nil, is the job's key for its queue's KeyLimit.
+	LimitKey *string
 	// TraceContext is the carrier of the span that enqueued the job.
 	TraceContext []byte
 }
@@ -55,12 +57,12 @@ func (s SQL) Values(gen schema.QueryGen, j NewJob) string {
 	if !j.CreatedAt.IsZero() {
 		createdAt = s.d.Time(j.CreatedAt)
 	}
-	return gen.FormatQuery("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-		j.Queue, j.Kind, j.Args, j.Metadata, j.Priority, j.MaxAttempts, bun.Safe(runAt), bun.Safe(createdAt), j.UniqueKey, j.TraceContext)
+	return gen.FormatQuery("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+		j.Queue, j.Kind, j.Args, j.Metadata, j.Priority, j.MaxAttempts, bun.Safe(runAt), bun.Safe(createdAt), j.UniqueKey, j.LimitKey, j.TraceContext)
 }
 
 // insertColumns are the columns that Values renders, in its order.
-const insertColumns = "(queue, kind, args, metadata, priority, max_attempts, run_at, created_at, unique_key, trace_context)"
+const insertColumns = "(queue, kind, args, metadata, priority, max_attempts, run_at, created_at, unique_key, limit_key, trace_context)"
 
 // insert is the INSERT of the jobs of values, one or more Values tuples.
 // A job whose unique key a pending job holds is skipped where the server

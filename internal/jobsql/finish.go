@@ -83,8 +83,8 @@ func (s SQL) ScheduleRetry(ctx context.Context, db bun.IDB, id int64, token stri
 func (s SQL) MoveToFailed(ctx context.Context, db bun.IDB, id int64, token string, attempts int, errorText string) (bool, error) {
 	where, args := byLease(id, token)
 	moved, err := affected(db.NewRaw(`INSERT INTO `+Failed+`
-	(job_id, queue, kind, args, metadata, priority, attempts, max_attempts, unique_key, error, created_at, failed_at, trace_context)
-SELECT id, queue, kind, args, metadata, priority, ?, max_attempts, unique_key, ?, created_at, `+s.d.Now()+`, trace_context
+	(job_id, queue, kind, args, metadata, priority, attempts, max_attempts, unique_key, limit_key, error, created_at, failed_at, trace_context)
+SELECT id, queue, kind, args, metadata, priority, ?, max_attempts, unique_key, limit_key, ?, created_at, `+s.d.Now()+`, trace_context
 FROM `+Jobs+` WHERE `+where, append([]any{attempts, errorText}, args...)...).Exec(ctx))
 	if err != nil || !moved {
 		return false, err

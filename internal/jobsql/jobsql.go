@@ -37,6 +37,9 @@ const (
 // jobs queue go through it.
 const ClaimIndex = migrate.ClaimIndex
 
+// LimitKeyColumn is the jobs table's column of EnqueueOpts.LimitKey.
+const LimitKeyColumn = "limit_key"
+
 // The values of the jobs table's state column.
 const (
 	// Waiting is a job that waits for its run_at, or runs: in lease mode,

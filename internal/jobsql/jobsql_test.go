@@ -17,14 +17,14 @@ import (
 func TestValues(t *testing.T) {
 	t.Parallel()
 	s, gen := jobsql.New(sqldialect.MySQL{}), schema.NewQueryGen(mysqldialect.New())
-	require.Equal(t, "('q', 'k', X'7b7d', NULL, -1, 3, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL, NULL)",
+	require.Equal(t, "('q', 'k', X'7b7d', NULL, -1, 3, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL, NULL, NULL)",
 		s.Values(gen, jobsql.NewJob{Queue: "q", Kind: "k", Args: []byte("{}"), Priority: -1, MaxAttempts: 3}))
-	key := "it's"
-	require.Equal(t, "('q', 'k', X'7b7d', X'01', 0, 1, UTC_TIMESTAMP(6) + INTERVAL 1500000 MICROSECOND, UTC_TIMESTAMP(6), 'it''s', X'02')",
+	key, tenant := "it's", "tenant"
+	require.Equal(t, "('q', 'k', X'7b7d', X'01', 0, 1, UTC_TIMESTAMP(6) + INTERVAL 1500000 MICROSECOND, UTC_TIMESTAMP(6), 'it''s', 'tenant', X'02')",
 		s.Values(gen, jobsql.NewJob{Queue: "q", Kind: "k", Args: []byte("{}"), Metadata: []byte{1}, MaxAttempts: 1,
-			Delay: 1500 * time.Millisecond, UniqueKey: &key, TraceContext: []byte{2}}))
+			Delay: 1500 * time.Millisecond, UniqueKey: &key, LimitKey: &tenant, TraceContext: []byte{2}}))
 	at := time.Date(2026, 12, 2, 10, 0, 0, 1000, time.FixedZone("X", 3600))
-	require.Equal(t, "('q', 'k', X'', NULL, 0, 1, '2026-12-02 09:00:00.000001', '2026-12-02 09:00:00.000001', NULL, NULL)",
+	require.Equal(t, "('q', 'k', X'', NULL, 0, 1, '2026-12-02 09:00:00.000001', '2026-12-02 09:00:00.000001', NULL, NULL, NULL)",
 		s.Values(gen, jobsql.NewJob{Queue: "q", Kind: "k", Args: []byte{}, MaxAttempts: 1, RunAt: at, CreatedAt: at}))
 }
 

@@ -189,6 +189,31 @@ var Migrations = []Migration{
 ) ENGINE=InnoDB`,
 		},
 	},
+	{
+		Version: 7,
+		Name:    "limit keys",
+		// limit_key is a job's EnqueueOpts.LimitKey, for its queue's
+		// KeyLimit; a failed job keeps it, for its replay. Each ALTER
+		// checks first that its column is missing, so that MigrationSQL's
+		// script can run twice: MySQL 8 has no ADD COLUMN IF NOT EXISTS.
+		Statements: append(
+			ifMissing("COLUMNS", JobsTable, "column_name = 'limit_key'", `ALTER TABLE `+JobsTable+` ADD COLUMN limit_key VARBINARY(255) NULL`),
+			ifMissing("COLUMNS", FailedJobsTable, "column_name = 'limit_key'", `ALTER TABLE `+FailedJobsTable+` ADD COLUMN limit_key VARBINARY(255) NULL`)...),
+	},
+}
+
+// ifMissing returns the statements that run ddl on MySQL and MariaDB
+// only if table has no row in information_schema's view (COLUMNS,
+// STATISTICS) that matches cond: a prepared statement of the session,
+// which Run keeps on one connection, as the script does.
+func ifMissing(view, table, cond, ddl string) []string {
+	return []string{
+		"SET @bunqueue_ddl = (SELECT IF(COUNT(*) = 0, '" + strings.ReplaceAll(ddl, "'", "''") + "', 'DO 0') FROM information_schema." + view +
+			" WHERE table_schema = DATABASE() AND table_name = '" + table + "' AND " + cond + ")",
+		"PREPARE bunqueue_ddl FROM @bunqueue_ddl",
+		"EXECUTE bunqueue_ddl",
+		"DEALLOCATE PREPARE bunqueue_ddl",
+	}
 }
 
 // periodicDDL is version 5 on MySQL and MariaDB: one row per periodic

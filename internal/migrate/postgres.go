@@ -103,6 +103,14 @@ var Postgres = Schema{
 )`,
 			},
 		},
+		{
+			Version: 7,
+			Name:    "limit keys",
+			Statements: []string{
+				`ALTER TABLE ` + JobsTable + ` ADD COLUMN IF NOT EXISTS limit_key VARCHAR(255) NULL`,
+				`ALTER TABLE ` + FailedJobsTable + ` ADD COLUMN IF NOT EXISTS limit_key VARCHAR(255) NULL`,
+			},
+		},
 	},
 	Rerun: " ON CONFLICT DO NOTHING",
 }

@@ -107,6 +107,14 @@ var SQLite = Schema{
 )`,
 			},
 		},
+		{
+			Version: 7,
+			Name:    "limit keys",
+			Statements: []string{
+				`ALTER TABLE ` + JobsTable + ` ADD COLUMN limit_key TEXT NULL`,
+				`ALTER TABLE ` + FailedJobsTable + ` ADD COLUMN limit_key TEXT NULL`,
+			},
+		},
 	},
 	Rerun: " ON CONFLICT DO NOTHING",
 }

@@ -93,24 +93,95 @@ func TestKeyLimitAcrossProcesses(t *testing.T) {
 		eventually(t, 60*time.Second, func() bool {
 			return count(t, db, "SELECT COUNT(*) FROM bq_keylimit_items WHERE status = 'done'") == rows
 		}, "every row done")
-		pk.mu.Lock()
-		defer pk.mu.Unlock()
-		t.Logf("most at once per customer: %v; in all: %d", pk.most, pk.all.most)
-		require.Len(t, pk.most, customers, "customers run")
-		for customer, most := range pk.most {
-			require.LessOrEqual(t, most, limit, "customer %d's handlers at once", customer)
-		}
-		if srv.Name != "sqlite" {
-			require.Equal(t, limit, pk.most[1], "the first customer's limit was reached")
-			require.Greater(t, pk.all.most, limit, "other customers ran beside the first")
-		}
-		pk.all.mu.Lock()
-		defer pk.all.mu.Unlock()
-		require.Len(t, pk.all.runs, rows)
-		for id, runs := range pk.all.runs {
-			require.Equal(t, 1, runs, "runs of row %d", id)
+		pk.check(t, rows, limit, customers, srv.Name != "sqlite")
+	})
+}
+
+// The same with jobs, in lock and lease mode: the key is the job's
+// EnqueueOpts.LimitKey; jobs without one are not limited.
+func TestKeyLimitJobsAcrossProcesses(t *testing.T) {
+	onServers(t, func(t *testing.T, srv dbtest.Server) {
+		for _, mode := range []bunqueue.JobMode{bunqueue.ModeLock, bunqueue.ModeLease} {
+			t.Run(mode.String(), func(t *testing.T) {
+				t.Parallel()
+				const jobs, limit, customers = 240, 2, 8
+				db := srv.Open(t, 0)
+				require.NoError(t, bunqueue.Migrate(t.Context(), db))
+				queue := ownJobQueue(t, db)
+				t.Cleanup(func() { clearSlots(db, queue) })
+				enq, err := bunqueue.NewClient(db, &bunqueue.Config{JobQueues: map[string]bunqueue.JobQueueConfig{queue: {}}})
+				require.NoError(t, err)
+				params := make([]bunqueue.EnqueueParams, jobs)
+				for i := range params {
+					n := i + 1
+					key := "1"
+					switch {
+					case n > 60 && n%10 == 0:
+						key = ""
+					case n > 60:
+						key = fmt.Sprint(n%customers + 1)
+					}
+					params[i] = bunqueue.EnqueueParams{Args: keyJobArgs{N: n, Customer: key}, Opts: &bunqueue.EnqueueOpts{Queue: queue, LimitKey: key}}
+				}
+				_, err = enq.EnqueueMany(t.Context(), db, params)
+				require.NoError(t, err)
+				var pk perKey
+				for range pauseClientsOn(srv) {
+					c, err := bunqueue.NewClient(srv.Open(t, 0), &bunqueue.Config{
+						Logger: testLogger(t), PollInterval: 50 * time.Millisecond,
+						JobQueues: map[string]bunqueue.JobQueueConfig{queue: {Mode: mode, Workers: limitWorkers, Lease: 5 * time.Second, KeyLimit: limit}},
+					})
+					require.NoError(t, err)
+					require.NoError(t, bunqueue.AddWorker(c, bunqueue.WorkerFunc[keyJobArgs](func(ctx context.Context, _ bun.IDB, job *bunqueue.Job[keyJobArgs]) error {
+						var key *int64
+						if job.Args.Customer != "" {
+							k := int64(job.Args.Customer[0] - '0')
+							key = &k
+						}
+						defer pk.run(int64(job.Args.N), key)()
+						time.Sleep(limitWork)
+						return nil
+					})))
+					start(t, c)
+				}
+				eventually(t, 60*time.Second, func() bool {
+					return count(t, db, "SELECT COUNT(*) FROM bunqueue_jobs WHERE queue = ?", queue) == 0
+				}, "every job done")
+				pk.check(t, jobs, limit, customers, srv.Name != "sqlite")
+			})
 		}
 	})
+}
+
+type keyJobArgs struct {
+	N        int    `json:"n"`
+	Customer string `json:"customer"`
+}
+
+func (keyJobArgs) Kind() string { return "bq_keylimit_job" }
+
+// check requires that each of n items ran once, no key had more than
+// limit running at once, customers keys ran, and, if parallel, that the
+// first key reached its limit while others ran beside it.
+func (p *perKey) check(t *testing.T, n, limit, customers int, parallel bool) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t.Logf("most at once per customer: %v; in all: %d", p.most, p.all.most)
+	require.Len(t, p.most, customers, "customers run")
+	for customer, most := range p.most {
+		require.LessOrEqual(t, most, limit, "customer %d's handlers at once", customer)
+	}
+	if parallel {
+		require.Equal(t, limit, p.most[1], "the first customer's limit was reached")
+		require.Greater(t, p.all.most, limit, "other customers ran beside the first")
+	}
+	p.all.mu.Lock()
+	defer p.all.mu.Unlock()
+	require.Len(t, p.all.runs, n)
+	for id, runs := range p.all.runs {
+		require.Equal(t, 1, runs, "runs of item %d", id)
+	}
 }
 
 // KeyLimit and KeyColumn go together, and KeyColumn names a column of
