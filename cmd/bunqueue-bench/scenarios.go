@@ -105,6 +105,28 @@ func scenarios() []scenario {
 		// Right after table-b1, which it compares itself with.
 		{name: "table-b1-prepared-handler", desc: "table-b1 with a handler that runs its UPDATE prepared (tx.Tx.StmtContext)", concurrency: workers, needs: []string{"table-b1"},
 			run: func(ctx context.Context, b *bench) (result, error) { return b.preparedHandler(ctx) }},
+		// Right after table-b1, which they compare themselves with.
+		{name: "table-b1-global-16", desc: "table-b1 under a GlobalLimit of 16: one slot locked per transaction", concurrency: workers, needs: []string{"table-b1"},
+			run: func(ctx context.Context, b *bench) (result, error) {
+				return b.limitedTable(ctx, &bunqueue.QueueConfig[benchItem]{Workers: workers, BatchSize: 1, GlobalLimit: workers}, false, "table-b1")
+			}},
+		{name: "table-b1-keys-100", desc: "table-b1 under a KeyLimit of 1 over 100 keys (grp = id % 100)", concurrency: workers, needs: []string{"table-b1"},
+			run: func(ctx context.Context, b *bench) (result, error) {
+				return b.limitedTable(ctx, &bunqueue.QueueConfig[benchItem]{Workers: workers, BatchSize: 1, KeyColumn: "grp", KeyLimit: 1}, true, "table-b1")
+			}},
+		{name: "table-sized", desc: "any-table queue, 16 workers, self-sized batches", concurrency: workers,
+			run: func(ctx context.Context, b *bench) (result, error) {
+				return b.tableQueue(ctx, &bunqueue.QueueConfig[benchItem]{Workers: workers}, 8)
+			}},
+		// Right after table-sized, which they compare themselves with.
+		{name: "table-sized-global-16", desc: "table-sized under a GlobalLimit of 16", concurrency: workers, needs: []string{"table-sized"},
+			run: func(ctx context.Context, b *bench) (result, error) {
+				return b.limitedTable(ctx, &bunqueue.QueueConfig[benchItem]{Workers: workers, GlobalLimit: workers}, false, "table-sized")
+			}},
+		{name: "table-sized-keys-100", desc: "table-sized under a KeyLimit of 1 over 100 keys", concurrency: workers, needs: []string{"table-sized"},
+			run: func(ctx context.Context, b *bench) (result, error) {
+				return b.limitedTable(ctx, &bunqueue.QueueConfig[benchItem]{Workers: workers, KeyColumn: "grp", KeyLimit: 1}, true, "table-sized")
+			}},
 		{name: "table-b50", desc: "any-table queue, BatchSize 50", concurrency: workers,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.tableQueue(ctx, b50, 8) }},
 		// Right after table-b50, which it compares itself with.
@@ -591,6 +613,7 @@ type benchItem struct {
 	ID            int64 `bun:",pk,autoincrement"`
 	Status        string
 	RetryAt       *time.Time
+	Grp           *int64 // the key of the table-b1-keys-100 scenario; NULL elsewhere
 }
 
 // createItems creates bench_items, with an index that serves the queue's
@@ -677,6 +700,8 @@ type tableRun struct {
 	cfg   *bunqueue.QueueConfig[benchItem] // nil: all defaults
 	pool  int                              // the connection pool; 0: poolSize
 	setup func(cfg *bunqueue.Config)       // changes the client's config, if set
+	// prepare, if set, runs on the backlog before the client starts.
+	prepare func(ctx context.Context, db *bun.DB) error
 	// preparedUpdate: the handler runs its UPDATE as a statement prepared
 	// on the pool, through the item's transaction, instead of through bun.
 	preparedUpdate bool
@@ -705,6 +730,11 @@ func (b *bench) runTable(ctx context.Context, run tableRun) (tableStats, error) 
 	fill, err := b.createItems(ctx, db, run.rows)
 	if err != nil {
 		return tableStats{}, err
+	}
+	if run.prepare != nil {
+		if err := run.prepare(ctx, db); err != nil {
+			return tableStats{}, err
+		}
 	}
 	cfg := b.config(bunqueue.Config{})
 	if run.setup != nil {
@@ -747,6 +777,34 @@ func (b *bench) tableQueue(ctx context.Context, cfg *bunqueue.QueueConfig[benchI
 		return result{}, err
 	}
 	return result{ItemsPerSec: st.rate, RSSKiB: st.rssKiB, Note: st.note(n)}, nil
+}
+
+// limitedTable runs an any-table queue with cfg, a GlobalLimit or a
+// KeyLimit, on the backlog of unlimited, the scenario it compares itself
+// with; keyed gives each row the key id % 100. The limits' slots table
+// comes with Migrate.
+func (b *bench) limitedTable(ctx context.Context, cfg *bunqueue.QueueConfig[benchItem], keyed bool, unlimited string) (result, error) {
+	n := b.backlog(3)
+	if cfg.BatchSize == 0 {
+		n = b.backlog(8)
+	}
+	run := tableRun{rows: n, cfg: cfg, prepare: func(ctx context.Context, db *bun.DB) error {
+		if err := bunqueue.Migrate(ctx, db); err != nil {
+			return err
+		}
+		if !keyed {
+			return nil
+		}
+		if err := execAll(ctx, db, "UPDATE "+itemsTable+" SET grp = id % 100"); err != nil {
+			return err
+		}
+		return execAll(ctx, db, b.sql.vacuum(itemsTable)...) // the UPDATE left a dead version of every row
+	}}
+	st, err := b.runTable(ctx, run)
+	if err != nil {
+		return result{}, err
+	}
+	return result{ItemsPerSec: st.rate, RSSKiB: st.rssKiB, Note: st.note(n) + b.versus(st.rate, "of", "goal ≥ 0.90", unlimited)}, nil
 }
 
 // preparedHandler runs table-b1 with a handler that runs its UPDATE as a
