@@ -161,6 +161,51 @@ var Migrations = []Migration{
 ) ENGINE=InnoDB`,
 		},
 	},
+	{
+		Version: 4,
+		Name:    "job output and job listing indexes",
+		// output holds what a worker recorded with RecordOutput, as JSON,
+		// for a job kept completed. The listing indexes serve JobList, newest
+		// first (ORDER BY id DESC) under each filter it has an equality
+		// for: state alone, state and queue, state and kind on the jobs
+		// table; job_id alone, queue and kind on the failed jobs (JobGet
+		// finds a failed job by its job_id). Each statement checks first
+		// whether its change is there, so that MigrationSQL's script can
+		// run twice: MySQL 8 has no ADD COLUMN IF NOT EXISTS.
+		Statements: append(
+			ifMissing("COLUMNS", JobsTable, "column_name = 'output'", `ALTER TABLE `+JobsTable+` ADD COLUMN output LONGBLOB NULL,
+	ADD KEY `+ListStateIndex+` (state, id),
+	ADD KEY `+ListQueueIndex+` (state, queue, id),
+	ADD KEY `+ListKindIndex+` (state, kind, id)`),
+			ifMissing("STATISTICS", FailedJobsTable, "index_name = '"+FailedJobIDIndex+"'", `ALTER TABLE `+FailedJobsTable+`
+	ADD KEY `+FailedJobIDIndex+` (job_id),
+	ADD KEY `+FailedListQueueIndex+` (queue, job_id),
+	ADD KEY `+FailedListKindIndex+` (kind, job_id)`)...),
+	},
+}
+
+// The indexes of version 4 that serve JobList and JobGet.
+const (
+	ListStateIndex       = "bunqueue_jobs_list_state"
+	ListQueueIndex       = "bunqueue_jobs_list_queue"
+	ListKindIndex        = "bunqueue_jobs_list_kind"
+	FailedJobIDIndex     = "bunqueue_failed_jobs_job_id"
+	FailedListQueueIndex = "bunqueue_failed_jobs_list_queue"
+	FailedListKindIndex  = "bunqueue_failed_jobs_list_kind"
+)
+
+// ifMissing returns the statements that run ddl on MySQL and MariaDB
+// only if table has no row in information_schema's view (COLUMNS,
+// STATISTICS) that matches cond: a prepared statement of the session,
+// which Run keeps on one connection, as the script does.
+func ifMissing(view, table, cond, ddl string) []string {
+	return []string{
+		"SET @bunqueue_ddl = (SELECT IF(COUNT(*) = 0, '" + strings.ReplaceAll(ddl, "'", "''") + "', 'DO 0') FROM information_schema." + view +
+			" WHERE table_schema = DATABASE() AND table_name = '" + table + "' AND " + cond + ")",
+		"PREPARE bunqueue_ddl FROM @bunqueue_ddl",
+		"EXECUTE bunqueue_ddl",
+		"DEALLOCATE PREPARE bunqueue_ddl",
+	}
 }
 
 // exactColumns is the ALTER TABLE of version 2 that gives the queue, kind
