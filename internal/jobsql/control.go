@@ -94,9 +94,9 @@ type WaitingState int
 // waits to be claimed again.
 const (
 	Pending   WaitingState = iota // first attempt, due
-	Scheduled                // first attempt, not due yet
-	Retrying                 // attempted before, not running
-	Running                  // leased, the lease not over
+	Scheduled                     // first attempt, not due yet
+	Retrying                      // attempted before, not running
+	Running                       // leased, the lease not over
 )
 
 // predicate is the condition on a waiting job's columns of w.
