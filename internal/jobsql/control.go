@@ -175,15 +175,15 @@ func (s SQL) ListJobs(ctx context.Context, db bun.IDB, state int, f ListFilter, 
 		}
 		where = append(where, "("+strings.Join(or, " OR ")+")")
 	}
-	index, order := ListStateIndex, "state DESC, id DESC"
+	index := ListStateIndex
 	switch {
 	case f.Queue != "":
-		index, order = ListQueueIndex, "state DESC, queue DESC, id DESC"
+		index = ListQueueIndex
 	case f.Kind != "":
-		index, order = ListKindIndex, "state DESC, kind DESC, id DESC"
+		index = ListKindIndex
 	}
 	q := "SELECT " + s.JobColumns() + " FROM " + Jobs + s.hint(index) + " WHERE " + strings.Join(where, " AND ") +
-		" ORDER BY " + order + " LIMIT " + strconv.Itoa(f.Limit)
+		" ORDER BY id DESC LIMIT " + strconv.Itoa(f.Limit)
 	return scan(ctx, db, dest, q, args...)
 }
 
@@ -193,25 +193,31 @@ func (s SQL) ListJobs(ctx context.Context, db bun.IDB, state int, f ListFilter, 
 // index backwards, as ListJobs does.
 func (s SQL) ListFailedJobs(ctx context.Context, db bun.IDB, f ListFilter, dest any) error {
 	where, args := s.where(f, "job_id")
-	index, order := FailedJobIDIndex, "job_id DESC"
+	index := FailedJobIDIndex
 	switch {
 	case f.Queue != "":
-		index, order = FailedListQueueIndex, "queue DESC, job_id DESC"
+		index = FailedListQueueIndex
 	case f.Kind != "":
-		index, order = FailedListKindIndex, "kind DESC, job_id DESC"
+		index = FailedListKindIndex
 	}
 	q := "SELECT " + FailedColumns + " FROM " + Failed + s.hint(index)
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	return scan(ctx, db, dest, q+" ORDER BY "+order+" LIMIT "+strconv.Itoa(f.Limit), args...)
+	return scan(ctx, db, dest, q+" ORDER BY job_id DESC LIMIT "+strconv.Itoa(f.Limit), args...)
 }
 
-// hint is the dialect's hint that makes a listing read through index
-// (MySQL, MariaDB), with its leading space; empty where there is none.
-// Without it MySQL may take the claim index, whose (queue, state) prefix
-// also matches a listing of a queue, and sort its rows.
+// hint is the table hint that makes a listing read through index, with
+// its leading space: MySQL's FORCE INDEX, SQLite's INDEXED BY (which the
+// dialect's ForceIndex leaves out for the claims), none on PostgreSQL.
+// Planned by the statistics alone, MySQL may take the claim index, whose
+// (queue, state) prefix also matches a listing of a queue, and sort its
+// rows; and SQLite, which keeps coarser statistics, scans a table that
+// one queue fills.
 func (s SQL) hint(index string) string {
+	if s.d.System() == "sqlite" {
+		return " INDEXED BY " + index
+	}
 	if h := s.d.ForceIndex(index); h != "" {
 		return " " + h
 	}
