@@ -191,9 +191,9 @@ SELECT -i, '`+filler+`', 'k' || (i % 5), '{}', 0, 3, 3, 'e', now(), now() FROM g
 func analyze(t *testing.T, db *bun.DB) {
 	t.Helper()
 	stmts := map[string][]string{
-		"mysql":    {"ANALYZE TABLE bunqueue_jobs, bunqueue_failed_jobs"},
+		"mysql":      {"ANALYZE TABLE bunqueue_jobs, bunqueue_failed_jobs"},
 		"postgresql": {"ANALYZE bunqueue_jobs", "ANALYZE bunqueue_failed_jobs"},
-		"sqlite":   {"ANALYZE"},
+		"sqlite":     {"ANALYZE"},
 	}[dialectOf(db).System()]
 	for _, s := range stmts {
 		_, err := db.ExecContext(t.Context(), s)
