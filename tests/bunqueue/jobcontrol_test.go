@@ -2,8 +2,8 @@ package bunqueue_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -235,10 +235,48 @@ func TestJobListBadFilter(t *testing.T) {
 	}
 }
 
-// outputOf decodes a job's output.
-func outputOf(t *testing.T, rec *bunqueue.JobRecord) map[string]any {
-	t.Helper()
-	var v map[string]any
-	require.NoError(t, json.Unmarshal(rec.Output, &v))
-	return v
+// RecordOutput in both modes: stored with the completion, read by
+// JobGet; an attempt that fails keeps none; past MaxOutputBytes, an
+// error; outside a worker, an error.
+func TestJobOutput(t *testing.T) {
+	require.ErrorIs(t, bunqueue.RecordOutput(context.Background(), 1), bunqueue.ErrNotInWorker)
+	onServers(t, func(t *testing.T, srv dbtest.Server) {
+		for _, mode := range []bunqueue.JobMode{bunqueue.ModeLock, bunqueue.ModeLease} {
+			t.Run(mode.String(), func(t *testing.T) {
+				db, c, queue := ctlSetup(t, srv, mode)
+				tooLarge := make(chan error, 1)
+				require.NoError(t, bunqueue.AddWorker(c, bunqueue.WorkerFunc[ctlArgs](func(ctx context.Context, db bun.IDB, job *bunqueue.Job[ctlArgs]) error {
+					if err := bunqueue.RecordOutput(ctx, map[string]any{"n": job.Args.N, "attempt": job.Attempt}); err != nil {
+						return err
+					}
+					switch job.Args.N {
+					case 2:
+						tooLarge <- bunqueue.RecordOutput(ctx, strings.Repeat("x", bunqueue.MaxOutputBytes))
+					case 3:
+						if job.Attempt == 1 {
+							return errors.New("first attempt fails (test)")
+						}
+						return bunqueue.RecordOutput(ctx, "second")
+					}
+					return nil
+				})))
+				var ids []int64
+				for n := 1; n <= 3; n++ {
+					ids = append(ids, enqueueOne(t, c, db, ctlArgs{N: n}, &bunqueue.EnqueueOpts{Queue: queue}))
+				}
+				start(t, c)
+				for _, id := range ids {
+					eventually(t, 20*time.Second, func() bool { return jobState(t, c, id) == bunqueue.JobStateCompleted }, "job %d completes", id)
+				}
+				err := <-tooLarge
+				require.ErrorIs(t, err, bunqueue.ErrOutputTooLarge)
+				require.ErrorContains(t, err, "MaxOutputBytes")
+				for i, want := range []string{`{"attempt":1,"n":1}`, `{"attempt":1,"n":2}`, `"second"`} {
+					rec, err := c.JobGet(t.Context(), ids[i])
+					require.NoError(t, err)
+					require.JSONEq(t, want, string(rec.Output), "job %d", ids[i])
+				}
+			})
+		}
+	})
 }
