@@ -33,13 +33,13 @@ func parseWithArgs(fs *flag.FlagSet, args []string) ([]string, int) {
 	}
 }
 
-// parseIDs parses failed-job ids.
+// parseIDs parses the ids of jobs or failed jobs.
 func parseIDs(fs *flag.FlagSet, args []string) ([]int64, bool) {
 	ids := make([]int64, 0, len(args))
 	for _, a := range args {
 		id, err := strconv.ParseInt(a, 10, 64)
 		if err != nil || id <= 0 {
-			fmt.Fprintf(fs.Output(), "%s: %q is not a failed job's id (a positive number)\n", fs.Name(), a)
+			fmt.Fprintf(fs.Output(), "%s: %q is not an id (a positive number)\n", fs.Name(), a)
 			return nil, false
 		}
 		ids = append(ids, id)
