@@ -107,25 +107,11 @@ type JobRecord struct {
 }
 
 // controlRow is a row of bunqueue_jobs with the columns of
-// jobsql.SQL.JobColumns.
+// jobsql.SQL.JobColumns (all of jobRow's but trace_context).
 type controlRow struct {
-	ID          int64
-	Queue       string
-	Kind        string
-	Args        []byte
-	Metadata    []byte
-	Priority    int
-	State       int
-	Attempts    int
-	MaxAttempts int
-	RunAt       time.Time
-	CreatedAt   time.Time
-	CompletedAt *time.Time
-	LastError   *string
-	UniqueKey   *string
-	LeaseToken  *string
-	Output      []byte
-	Due         int // 1 when run_at has come, by the database clock
+	jobRow
+	Output []byte
+	Due    int // 1 when run_at has come, by the database clock
 }
 
 // jobState is the row's JobState, as jobsql's waiting predicates have it.

@@ -232,40 +232,23 @@ func printJobList(stdout, stderr io.Writer, page bunqueue.JobListPage, asJSON bo
 
 func runJobIDs(ctx context.Context, action string, args []string, stdout, stderr io.Writer) int {
 	name := "job " + action
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dsnFlag := fs.String("dsn", "", dsnUsage)
-	asJSON := fs.Bool("json", false, "print the result as JSON")
 	what := map[string]string{
 		"get":     "Prints each job in full: its state, payload as it was enqueued (control characters\nescaped), metadata, attempts, times, last error and output (Client.JobGet).",
 		"cancel":  "Cancels each job (Client.JobCancel): it moves to the failed jobs, from where\n`bunqueue failed retry` puts it back. A waiting job never runs afterwards; a running\nlease-mode job is cancelled at its next heartbeat; a job that runs in lock mode is\nlocked by its worker, and is an error.",
 		"delete":  "Deletes each job for good, waiting, completed or failed (Client.JobDelete); a\nrunning job is an error.",
 		"run-now": "Makes each scheduled or retrying job due now (Client.JobRunNow).",
 	}[action]
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: bunqueue %s [--dsn DSN] [--json] ID...\n\n%s\n\n", name, what)
-		fs.PrintDefaults()
-	}
-	positional, code := parseWithArgs(fs, args)
+	cmd, code := parseIDsCommand(name, what, "job", "job list", args, stderr)
 	if code >= 0 {
 		return code
 	}
-	if len(positional) == 0 {
-		fmt.Fprintf(stderr, "%s: give the id of at least one job (see `bunqueue job list`)\n", name)
-		fs.Usage()
-		return exitUsage
-	}
-	ids, ok := parseIDs(fs, positional)
-	if !ok {
-		return exitUsage
-	}
-	d, c, err := failedClient(ctx, *dsnFlag, stderr)
+	d, c, err := failedClient(ctx, cmd.dsn, stderr)
 	if err != nil {
 		return fail(stderr, name, err)
 	}
 	defer d.close()
-	a := &jobActions{c: c, d: d, action: action, asJSON: *asJSON, stdout: stdout, stderr: stderr}
-	for _, id := range ids {
+	a := &jobActions{c: c, d: d, action: action, asJSON: cmd.asJSON, stdout: stdout, stderr: stderr}
+	for _, id := range cmd.ids {
 		a.do(ctx, id)
 	}
 	return a.finish()
