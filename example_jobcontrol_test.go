@@ -7,6 +7,8 @@ import (
 	"log"
 	"time"
 
+	"github.com/uptrace/bun"
+
 	"github.com/bunqueue/bunqueue"
 )
 
@@ -78,5 +80,65 @@ func ExampleClient_JobList() {
 	// cancelled a job that was scheduled
 	// {"month":"2026-01"} pending ""
 	// {"month":"2026-02"} failed "bunqueue: cancelled with JobCancel"
+	// true
+}
+
+// Thumbnail is the args of a job that makes a thumbnail.
+type Thumbnail struct {
+	Image string `json:"image"`
+}
+
+// Kind implements bunqueue.JobArgs.
+func (Thumbnail) Kind() string { return "example_thumbnail" }
+
+// RecordOutput keeps a worker's result with its job: JobGet reads it
+// once the job completed, while Config.Retention keeps completed jobs.
+func ExampleRecordOutput() {
+	ctx := context.Background()
+	db := openExampleDB("bq_example_output", "id BIGINT PRIMARY KEY")
+	defer db.Close()
+	defer db.Exec("DROP TABLE bq_example_output")
+	if err := bunqueue.Migrate(ctx, db); err != nil {
+		log.Fatal(err)
+	}
+	const queue = "bq_example_output"
+	defer db.Exec("DELETE FROM bunqueue_jobs WHERE queue = ?", queue)
+	client, err := bunqueue.NewClient(db, &bunqueue.Config{
+		PollInterval: 20 * time.Millisecond,
+		Retention:    time.Hour,
+		JobQueues:    map[string]bunqueue.JobQueueConfig{queue: {}},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = bunqueue.AddWorker(client, bunqueue.WorkerFunc[Thumbnail](
+		func(ctx context.Context, db bun.IDB, job *bunqueue.Job[Thumbnail]) error {
+			return bunqueue.RecordOutput(ctx, map[string]string{"thumbnail": job.Args.Image + ".small.png"})
+		}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	res, err := client.Enqueue(ctx, db, Thumbnail{Image: "cat"}, &bunqueue.EnqueueOpts{Queue: queue})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := client.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer client.Stop(ctx)
+	for {
+		j, err := client.JobGet(ctx, res.ID)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if j.State == bunqueue.JobStateCompleted {
+			fmt.Println(j.State, string(j.Output))
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Println(errors.Is(bunqueue.RecordOutput(ctx, 1), bunqueue.ErrNotInWorker))
+	// Output:
+	// completed {"thumbnail":"cat.small.png"}
 	// true
 }
