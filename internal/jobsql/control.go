@@ -168,7 +168,7 @@ func (s SQL) where(f ListFilter, id string) ([]string, []any) {
 func (s SQL) ListJobs(ctx context.Context, db bun.IDB, state int, f ListFilter, dest any) error {
 	where, args := s.where(f, "id")
 	where, args = append([]string{"state = ?"}, where...), append([]any{state}, args...)
-	if len(f.Waiting) > 0 {
+	if state == Waiting && len(f.Waiting) > 0 {
 		or := make([]string, len(f.Waiting))
 		for i, w := range f.Waiting {
 			or[i] = s.predicate(w)

@@ -61,7 +61,12 @@ func TestJobControlCalls(t *testing.T) {
 		running := enqueueOne(t, c, db, ctlOtherArgs{}, opts(bunqueue.EnqueueOpts{}))
 		dbtest.Exec(t, db, "UPDATE bunqueue_jobs SET attempts = 1, lease_token = 'x', run_at = "+plusSQL(db, time.Hour)+" WHERE id = "+itoa(int(running)))
 		completed := enqueueOne(t, c, db, ctlArgs{N: 5}, opts(bunqueue.EnqueueOpts{}))
-		dbtest.Exec(t, db, "UPDATE bunqueue_jobs SET state = 1, completed_at = "+nowSQL(db)+", output = '{\"ok\":true}' WHERE id = "+itoa(int(completed)))
+		dbtest.Exec(t, db, "UPDATE bunqueue_jobs SET state = 1, attempts = 1, completed_at = "+nowSQL(db)+", output = '{\"ok\":true}' WHERE id = "+itoa(int(completed)))
+
+		page, err := c.JobList(ctx, bunqueue.JobListFilter{Queue: queue, States: []bunqueue.JobState{bunqueue.JobStateScheduled, bunqueue.JobStateCompleted}})
+		require.NoError(t, err)
+		require.Equal(t, []int64{completed, scheduled}, recIDs(page.Jobs), "the waiting states' conditions do not apply to the completed jobs")
+		require.Empty(t, page.Cursor)
 
 		rec, err := c.JobGet(ctx, pending)
 		require.NoError(t, err)
