@@ -36,8 +36,9 @@ const (
 // nothing and returns an error that wraps ErrJobRunning at once (after a
 // few tries over a fraction of a second), and the job ends as its worker
 // says. On SQLite, which has no row locks, JobCancel waits for the
-// running job's transaction (the database's write lock) instead, then
-// cancels the job if it is to run again, or reports that it finished. A
+// running job's transaction (the database's write lock, up to the pool's
+// busy_timeout) instead, then cancels the job if it is to run again, or
+// reports that it finished. A
 // job that completed or failed is an error that wraps ErrJobFinished; an
 // unknown id, ErrJobNotFound.
 func (c *Client) JobCancel(ctx context.Context, id int64) (JobState, error) {

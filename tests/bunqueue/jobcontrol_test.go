@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,12 +157,10 @@ func TestJobControlCalls(t *testing.T) {
 
 // A job that a lock-mode worker holds: JobCancel, JobDelete and
 // JobRunNow change nothing and say it runs; once the worker's transaction
-// ends, JobCancel reports what became of the job.
+// ends, JobCancel reports what became of the job. On SQLite JobCancel
+// waits for that transaction.
 func TestJobControlLockMode(t *testing.T) {
 	onServers(t, func(t *testing.T, srv dbtest.Server) {
-		if srv.Name == "sqlite" {
-			t.Skip("SQLite has no row locks: JobCancel waits for the worker's transaction (the database's write lock)")
-		}
 		db, c, queue := ctlSetup(t, srv, bunqueue.ModeLock)
 		ctx := t.Context()
 		id := enqueueOne(t, c, db, ctlArgs{N: 1}, &bunqueue.EnqueueOpts{Queue: queue})
@@ -173,6 +172,20 @@ func TestJobControlLockMode(t *testing.T) {
 		})))
 		start(t, c)
 		<-started
+		if srv.Name == "sqlite" {
+			// No row locks: JobCancel waits for the worker's transaction
+			// (the database's write lock), then finds the job completed.
+			var released atomic.Bool
+			go func() {
+				time.Sleep(200 * time.Millisecond)
+				released.Store(true)
+				close(release)
+			}()
+			_, err := c.JobCancel(ctx, id)
+			require.ErrorIs(t, err, bunqueue.ErrJobFinished)
+			require.True(t, released.Load(), "JobCancel returned after the worker's transaction ended")
+			return
+		}
 		_, err := c.JobCancel(ctx, id)
 		require.ErrorIs(t, err, bunqueue.ErrJobRunning)
 		require.ErrorIs(t, c.JobDelete(ctx, id), bunqueue.ErrJobRunning)
