@@ -170,7 +170,9 @@ func failedRecord(f *FailedJob) (JobRecord, error) {
 // JobGet reads the job id: from the jobs table while it waits, runs or is
 // kept completed, and from the failed jobs once it failed or was
 // cancelled (its id there is its job id). An id that is neither is an
-// error that wraps ErrJobNotFound.
+// error that wraps ErrJobNotFound. The job control calls need the jobs
+// tables of schema version 4 (Migrate), which adds the output column and
+// the indexes they read through.
 func (c *Client) JobGet(ctx context.Context, id int64) (*JobRecord, error) {
 	return c.JobGetTx(ctx, c.db, id)
 }
