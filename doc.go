@@ -119,6 +119,11 @@
 // [ModeLease] a short transaction leases it, the worker runs outside any
 // transaction and heartbeats extend the lease (see [JobQueueConfig]).
 //
+// [Client.JobGet] and [Client.JobList] read a job in any [JobState], a
+// failed one too; [Client.JobCancel], [Client.JobDelete] and
+// [Client.JobRunNow] act on one, each with a Tx form. A worker keeps its
+// result with [RecordOutput], read back in [JobRecord].Output.
+//
 // # Periodic jobs
 //
 // [Config.PeriodicJobs] lists jobs that a client enqueues on a schedule

@@ -94,11 +94,9 @@ func (c *Client) FailedJobsTx(ctx context.Context, db bun.IDB, filter FailedJobs
 // returned and no second one is made.
 func (c *Client) RetryFailed(ctx context.Context, id int64) (int64, error) {
 	var newID int64
-	err := c.retry(ctx, func() error {
-		return c.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) (err error) {
-			newID, err = c.RetryFailedTx(ctx, tx, id)
-			return err
-		})
+	err := c.inTx(ctx, func(ctx context.Context, tx bun.Tx) (err error) {
+		newID, err = c.RetryFailedTx(ctx, tx, id)
+		return err
 	})
 	return newID, err
 }

@@ -140,6 +140,7 @@ func (c *Client) jobDepth(queue string) func(ctx context.Context, limit int) (in
 // carries the queue's Timeout. The batch completes the jobs whose workers
 // returned nil, in one statement before it commits (Queue.complete).
 func (c *Client) runLocked(ctx context.Context, tx bun.Tx, row *jobRow, h hooks) error {
+	ctx = withOutput(ctx, &jobOutput{c: c, id: row.ID, tx: tx})
 	run := c.kinds[row.Kind]
 	return h.run(ctx, func() *WorkInfo { return row.workInfo(row.Attempts + 1) }, func() error {
 		if run == nil {
@@ -153,11 +154,12 @@ func errNoWorker(kind string) error {
 	return fmt.Errorf("bunqueue: no worker for kind %q in this process: register one with AddWorker; the job is retried until MaxAttempts", kind)
 }
 
-// completeJob deletes a completed job, or keeps it as completed when
-// Config.Retention is set. With a lease token, only a job still leased
-// with it is completed. It reports whether it changed the job.
-func (c *Client) completeJob(ctx context.Context, db bun.IDB, id int64, token string) (bool, error) {
-	return c.jobSQL().Complete(ctx, db, c.cfg.Retention > 0, id, token)
+// completeJob deletes a completed job, or keeps it as completed, with
+// output (nil: none recorded), when Config.Retention is set. With a lease
+// token, only a job still leased with it is completed. It reports
+// whether it changed the job.
+func (c *Client) completeJob(ctx context.Context, db bun.IDB, id int64, token string, output []byte) (bool, error) {
+	return c.jobSQL().Complete(ctx, db, c.cfg.Retention > 0, id, token, output)
 }
 
 // completeHeld completes the jobs of ids, which tx holds locked, before

@@ -226,6 +226,9 @@ type leasedJob struct {
 	token string
 	fate  *jobFate // for the worker's log line
 	it    *itemSpan
+	// output is what the worker recorded with RecordOutput, stored with
+	// the completion.
+	output jobOutput
 }
 
 // failure is err as the job's ItemError, its failure not recorded.
@@ -263,6 +266,8 @@ func (j *leasedJob) work(ctx context.Context, keeper *leaseKeeper) (gone bool, e
 	}
 	jctx, cancel := withTimeout(j.it.ctx, j.l.cfg.Timeout)
 	defer cancel()
+	j.output = jobOutput{c: j.l.c, id: j.row.ID}
+	jctx = withOutput(jctx, &j.output)
 	row, run := j.row, j.l.c.kinds[j.row.Kind]
 	if !keeper.start(row.ID, cancel) {
 		return true, nil
@@ -319,7 +324,7 @@ func (j *leasedJob) settle(ctx context.Context, err error, lost bool) error {
 // did: not if the lease was no longer this worker's.
 func (j *leasedJob) complete(ctx context.Context) (changed bool, err error) {
 	err = j.l.c.retry(ctx, func() (err error) {
-		changed, err = j.l.c.completeJob(ctx, j.l.c.db, j.row.ID, j.token)
+		changed, err = j.l.c.completeJob(ctx, j.l.c.db, j.row.ID, j.token, j.output.recorded())
 		return err
 	})
 	return changed, err

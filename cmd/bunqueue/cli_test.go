@@ -316,4 +316,81 @@ func TestCLI(t *testing.T) {
 		require.Equal(t, exitUsage, code)
 		require.Contains(t, stderr, `unknown subcommand "stop"`)
 	})
+
+	t.Run("job get, list, run-now, cancel and delete", func(t *testing.T) { testJobCommands(t, bin, dbtest.DSN()) })
+}
+
+// testJobCommands runs the job commands on a queue of their own on the
+// database of dsn.
+func testJobCommands(t *testing.T, bin, dsn string) {
+	ctx := t.Context()
+	d, err := connect(ctx, dsn)
+	require.NoError(t, err)
+	t.Cleanup(d.close)
+	require.NoError(t, bunqueue.Migrate(ctx, d.db))
+	queue := dbtest.Name("cli_job")
+	t.Cleanup(func() {
+		_, _ = d.db.Exec("DELETE FROM bunqueue_jobs WHERE queue = ?", queue)
+		_, _ = d.db.Exec("DELETE FROM bunqueue_failed_jobs WHERE queue = ?", queue)
+	})
+	client, err := bunqueue.NewClient(d.db, &bunqueue.Config{JobQueues: map[string]bunqueue.JobQueueConfig{queue: {}}})
+	require.NoError(t, err)
+	var ids []string
+	for i := range 3 {
+		res, err := client.Enqueue(ctx, d.db, cliArgsA{N: i}, &bunqueue.EnqueueOpts{Queue: queue, Delay: time.Hour})
+		require.NoError(t, err)
+		ids = append(ids, strconv.FormatInt(res.ID, 10))
+	}
+
+	stdout, stderr, code := runBinary(t, bin, "job", "list", "--dsn", dsn, "--json", "--queue", queue, "--limit", "2")
+	require.Equal(t, exitOK, code, stderr)
+	var page jobList
+	require.NoError(t, json.Unmarshal([]byte(stdout), &page), stdout)
+	require.Len(t, page.Jobs, 2)
+	require.Equal(t, ids[2], strconv.FormatInt(page.Jobs[0].ID, 10), "newest first")
+	require.Equal(t, bunqueue.JobStateScheduled, page.Jobs[0].State)
+	require.NotNil(t, page.NextCursor)
+	stdout, stderr, code = runBinary(t, bin, "job", "list", "--dsn", dsn, "--json", "--queue", queue, "--cursor", *page.NextCursor)
+	require.Equal(t, exitOK, code, stderr)
+	require.NoError(t, json.Unmarshal([]byte(stdout), &page), stdout)
+	require.Len(t, page.Jobs, 1)
+	require.Nil(t, page.NextCursor)
+	require.JSONEq(t, `{"n":0}`, string(page.Jobs[0].Args))
+
+	stdout, stderr, code = runBinary(t, bin, "job", "run-now", "--dsn", dsn, ids[0])
+	require.Equal(t, exitOK, code, stderr)
+	require.Equal(t, "job "+ids[0]+" is due now\n", stdout)
+	stdout, stderr, code = runBinary(t, bin, "job", "cancel", "--dsn", dsn, ids[1], "999999999999")
+	require.Equal(t, exitNotFound, code, stderr)
+	require.Equal(t, "cancelled job "+ids[1]+" (it was scheduled)\n", stdout)
+	require.Contains(t, stderr, "no job with id 999999999999")
+	stdout, stderr, code = runBinary(t, bin, "job", "get", "--dsn", dsn, ids[1])
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stdout, "state:      failed")
+	require.Contains(t, stdout, "cancelled with JobCancel")
+	stdout, stderr, code = runBinary(t, bin, "job", "list", "--dsn", dsn, "--queue", queue, "--state", "pending,failed")
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stdout, "pending")
+	require.Contains(t, stdout, "failed")
+	require.NotContains(t, stdout, "scheduled")
+
+	stdout, stderr, code = runBinary(t, bin, "job", "delete", "--dsn", dsn, "--json", ids[1], ids[2])
+	require.Equal(t, exitOK, code, stderr)
+	var res []jobActionResult
+	require.NoError(t, json.Unmarshal([]byte(stdout), &res), stdout)
+	require.Len(t, res, 2)
+	require.True(t, res[0].OK && res[1].OK, stdout)
+	stdout, stderr, code = runBinary(t, bin, "job", "get", "--dsn", dsn, "--json", ids[0], ids[2])
+	require.Equal(t, exitNotFound, code, stderr)
+	var shown []jobRecord
+	require.NoError(t, json.Unmarshal([]byte(stdout), &shown), stdout)
+	require.Len(t, shown, 1)
+	require.Equal(t, bunqueue.JobStatePending, shown[0].State)
+
+	for _, args := range [][]string{{"job"}, {"job", "frob"}, {"job", "cancel"}, {"job", "get", "x"},
+		{"job", "list", "--limit", "0"}, {"job", "list", "--state", "done"}, {"job", "list", "--from", "yesterday"}} {
+		_, stderr, code := runBinary(t, bin, append(args, "--dsn", dsn)...)
+		require.Equal(t, exitUsage, code, "%v: %s", args, stderr)
+		require.NotEmpty(t, stderr, "%v", args)
+	}
 }

@@ -217,33 +217,17 @@ func findFailed(ctx context.Context, c *bunqueue.Client, id int64) (*bunqueue.Fa
 
 func runFailedIDs(ctx context.Context, action string, args []string, stdout, stderr io.Writer) int {
 	name := "failed " + action
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dsnFlag := fs.String("dsn", "", dsnUsage)
-	asJSON := fs.Bool("json", false, "print the result as JSON")
 	what := map[string]string{
 		"show":   "Prints each failed job in full: its payload as it was enqueued (control characters\nescaped), its metadata, attempts, times and the whole error (with the stack, for a\npanic). With --json the payload is JSON, or args_base64 if it is not JSON.",
 		"retry":  "Puts each failed job back in its queue, to run now with fresh attempts, and\nremoves it from the failed jobs (Client.RetryFailed). A job whose UniqueKey is\nheld by a pending job is not duplicated: that job's id is printed.",
 		"delete": "Deletes each failed job for good (Client.DeleteFailed).",
 	}[action]
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: bunqueue %s [--dsn DSN] [--json] ID...\n\n%s\n\n", name, what)
-		fs.PrintDefaults()
-	}
-	positional, code := parseWithArgs(fs, args)
+	cmd, code := parseIDsCommand(name, what, "failed job", "failed list", args, stderr)
 	if code >= 0 {
 		return code
 	}
-	if len(positional) == 0 {
-		fmt.Fprintf(stderr, "%s: give the id of at least one failed job (see `bunqueue failed list`)\n", name)
-		fs.Usage()
-		return exitUsage
-	}
-	ids, ok := parseIDs(fs, positional)
-	if !ok {
-		return exitUsage
-	}
-	d, c, err := failedClient(ctx, *dsnFlag, stderr)
+	ids, asJSON := cmd.ids, &cmd.asJSON
+	d, c, err := failedClient(ctx, cmd.dsn, stderr)
 	if err != nil {
 		return fail(stderr, name, err)
 	}

@@ -10,6 +10,7 @@
 //	stats    count the jobs of the jobs table per queue and kind: waiting, scheduled, failed
 //	failed   list, show, retry or delete failed jobs
 //	queue    list, pause or resume queues, for every process
+//	job      get, list, cancel, delete or run jobs now, in any state
 //	help     print this help
 //
 // Run "bunqueue <command> -h" for the flags of a command. Every command
@@ -20,8 +21,9 @@
 //
 // Exit codes: 0 success, 1 an error (the database cannot be reached, the
 // jobs tables are missing, a query failed), 2 a usage error, 3 an id
-// given to "failed show|retry|delete" is not a failed job's (the other
-// ids were dealt with).
+// given to "failed show|retry|delete" is not a failed job's, or one given
+// to "job get|cancel|delete|run-now" is no job's (the other ids were
+// dealt with).
 //
 // The bench, which measures throughput and latency against the server, is
 // a command of its own: github.com/bunqueue/bunqueue/cmd/bunqueue-bench.
@@ -64,6 +66,7 @@ func commands() []command {
 		{"stats", "count the jobs of the jobs table per queue and kind: waiting, scheduled, failed", runStats},
 		{"failed", "list, show, retry or delete failed jobs", runFailed},
 		{"queue", "list, pause or resume queues, for every process", runQueue},
+		{"job", "get, list, cancel, delete or run jobs now, in any state", runJob},
 	}
 }
 
@@ -109,7 +112,7 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "A postgres:// (or postgresql://) URL names a PostgreSQL server, any other DSN a")
 	fmt.Fprintln(w, "MySQL or MariaDB one. Every command works on both.")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Exit codes: 0 success, 1 error, 2 usage error, 3 a failed job's id was not found.")
+	fmt.Fprintln(w, "Exit codes: 0 success, 1 error, 2 usage error, 3 an id was not found (a failed job's, or a job's).")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "The bench, which measures throughput and latency, is a command of its own:")
 	fmt.Fprintln(w, "bunqueue-bench (cmd/bunqueue-bench).")

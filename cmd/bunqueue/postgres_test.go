@@ -316,4 +316,6 @@ func TestPostgres(t *testing.T) {
 			"the retried job waits again")
 		require.True(t, strings.Contains(stdout, queue), stdout)
 	})
+
+	t.Run("job get, list, run-now, cancel and delete", func(t *testing.T) { testJobCommands(t, bin, dbtest.PGDSN()) })
 }

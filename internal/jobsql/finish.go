@@ -25,12 +25,17 @@ func (s SQL) completedSet() string {
 		", unique_key = NULL, lease_token = NULL, last_error = NULL"
 }
 
-// Complete deletes the job id, or keeps it as completed; with a lease
-// token, only while the job is leased with it. It reports whether it
-// changed the job.
-func (s SQL) Complete(ctx context.Context, db bun.IDB, keep bool, id int64, token string) (bool, error) {
+// Complete deletes the job id, or keeps it as completed, with output as
+// its output unless it is nil; with a lease token, only while the job is
+// leased with it. It reports whether it changed the job.
+func (s SQL) Complete(ctx context.Context, db bun.IDB, keep bool, id int64, token string, output []byte) (bool, error) {
 	where, args := byLease(id, token)
-	return affected(db.NewRaw(s.completion(keep)+where, args...).Exec(ctx))
+	q := s.completion(keep)
+	if keep && output != nil {
+		q = "UPDATE " + Jobs + " SET " + s.completedSet() + ", output = ? WHERE "
+		args = append([]any{output}, args...)
+	}
+	return affected(db.NewRaw(q+where, args...).Exec(ctx))
 }
 
 // CompleteOne is the statement that completes one job, as Complete does

@@ -164,6 +164,27 @@ var Migrations = []Migration{
 		},
 	},
 	{
+		Version: 4,
+		Name:    "job output and job listing indexes",
+		// output holds what a worker recorded with RecordOutput, as JSON,
+		// for a job kept completed. The listing indexes serve JobList, newest
+		// first (ORDER BY id DESC) under each filter it has an equality
+		// for: state alone, state and queue, state and kind on the jobs
+		// table; job_id alone, queue and kind on the failed jobs (JobGet
+		// finds a failed job by its job_id). Each statement checks first
+		// whether its change is there, so that MigrationSQL's script can
+		// run twice: MySQL 8 has no ADD COLUMN IF NOT EXISTS.
+		Statements: append(
+			ifMissing("COLUMNS", JobsTable, "column_name = 'output'", `ALTER TABLE `+JobsTable+` ADD COLUMN output LONGBLOB NULL,
+	ADD KEY `+ListStateIndex+` (state, id),
+	ADD KEY `+ListQueueIndex+` (state, queue, id),
+	ADD KEY `+ListKindIndex+` (state, kind, id)`),
+			ifMissing("STATISTICS", FailedJobsTable, "index_name = '"+FailedJobIDIndex+"'", `ALTER TABLE `+FailedJobsTable+`
+	ADD KEY `+FailedJobIDIndex+` (job_id),
+	ADD KEY `+FailedListQueueIndex+` (queue, job_id),
+	ADD KEY `+FailedListKindIndex+` (kind, job_id)`)...),
+	},
+	{
 		Version:    5,
 		Name:       "periodic jobs",
 		Statements: []string{periodicDDL},
@@ -201,6 +222,16 @@ var Migrations = []Migration{
 			ifMissing("COLUMNS", FailedJobsTable, "column_name = 'limit_key'", `ALTER TABLE `+FailedJobsTable+` ADD COLUMN limit_key VARBINARY(255) NULL`)...),
 	},
 }
+
+// The indexes of version 4 that serve JobList and JobGet.
+const (
+	ListStateIndex       = "bunqueue_jobs_list_state"
+	ListQueueIndex       = "bunqueue_jobs_list_queue"
+	ListKindIndex        = "bunqueue_jobs_list_kind"
+	FailedJobIDIndex     = "bunqueue_failed_jobs_job_id"
+	FailedListQueueIndex = "bunqueue_failed_jobs_list_queue"
+	FailedListKindIndex  = "bunqueue_failed_jobs_list_kind"
+)
 
 // ifMissing returns the statements that run ddl on MySQL and MariaDB
 // only if table has no row in information_schema's view (COLUMNS,

@@ -79,6 +79,19 @@ var SQLite = Schema{
 			},
 		},
 		{
+			Version: 4,
+			Name:    "job output and job listing indexes",
+			Statements: []string{
+				`ALTER TABLE ` + JobsTable + ` ADD COLUMN output BLOB NULL`,
+				`CREATE INDEX IF NOT EXISTS ` + ListStateIndex + ` ON ` + JobsTable + ` (state, id)`,
+				`CREATE INDEX IF NOT EXISTS ` + ListQueueIndex + ` ON ` + JobsTable + ` (state, queue, id)`,
+				`CREATE INDEX IF NOT EXISTS ` + ListKindIndex + ` ON ` + JobsTable + ` (state, kind, id)`,
+				`CREATE INDEX IF NOT EXISTS ` + FailedJobIDIndex + ` ON ` + FailedJobsTable + ` (job_id)`,
+				`CREATE INDEX IF NOT EXISTS ` + FailedListQueueIndex + ` ON ` + FailedJobsTable + ` (queue, job_id)`,
+				`CREATE INDEX IF NOT EXISTS ` + FailedListKindIndex + ` ON ` + FailedJobsTable + ` (kind, job_id)`,
+			},
+		},
+		{
 			Version: 5,
 			Name:    "periodic jobs",
 			// As on MySQL: ticks are microseconds since the Unix epoch.
