@@ -511,7 +511,13 @@ func (w *worker) backOff(ctx context.Context, err error) bool {
 	w.failures++
 	wait := backoff.Jitter(backoff.Exponential(w.failures, 100*time.Millisecond, max(w.r.poll, 5*time.Second)), 0.2)
 	w.log.ErrorContext(ctx, "bunqueue: batch failed", "error", err, "retry_in", wait)
-	t := time.NewTimer(wait)
+	return w.pause(wait)
+}
+
+// pause waits for d, and reports whether the client did not stop
+// meanwhile.
+func (w *worker) pause(d time.Duration) bool {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-w.c.stopping:

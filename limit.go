@@ -94,12 +94,5 @@ func limitedWorkers(workers, limit int) int {
 // worker looks again; it reports whether the client did not stop
 // meanwhile.
 func (w *worker) awaitSlot() bool {
-	t := time.NewTimer(min(backoff.Jitter(slotWait, 0.5), w.r.poll))
-	defer t.Stop()
-	select {
-	case <-w.c.stopping:
-		return false
-	case <-t.C:
-		return true
-	}
+	return w.pause(min(backoff.Jitter(slotWait, 0.5), w.r.poll))
 }
