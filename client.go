@@ -176,7 +176,7 @@ func (c *Client) runners() []*runner {
 // check runs Start's checks, in order: the pool's size, the server, the
 // pooler, each queue's table, key and query, the jobs tables (with the
 // periodic table for periodic jobs), the schema of the notification
-// channel (with a Listener), and the queues' plans.
+// channel (with a Listener), the queues' plans and the job listings'.
 func (c *Client) check(ctx context.Context, runners []*runner) error {
 	if err := c.checkPool(runners); err != nil {
 		return err
@@ -204,7 +204,10 @@ func (c *Client) check(ctx context.Context, runners []*runner) error {
 	if err := c.prepareListening(ctx); err != nil {
 		return err
 	}
-	return c.checkPlans(ctx, runners)
+	if err := c.checkPlans(ctx, runners); err != nil {
+		return err
+	}
+	return c.checkListPlans(ctx)
 }
 
 // checkPool refuses a connection pool too small for the runners. Each

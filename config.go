@@ -200,7 +200,9 @@ type Config struct {
 	// StrictQueryPlans makes Start fail, instead of logging a warning,
 	// when the plan of a queue's query scans or sorts (a full table scan,
 	// a full index scan that filters, a filesort), or cannot be
-	// explained. Defaults to false: warn and start.
+	// explained; and, for a client that runs jobs, when a statement of
+	// JobList is not served by its index of schema version 4 (see
+	// docs/jobs.md). Defaults to false: warn and start.
 	StrictQueryPlans bool
 
 	// StrictClusterRouting makes Start fail, instead of logging a warning,

@@ -158,14 +158,29 @@ func (s SQL) where(f ListFilter, id string) ([]string, []any) {
 	return where, args
 }
 
+// Listing is one statement of a job listing: its SQL, arguments, and
+// the index it is meant to read.
+type Listing struct {
+	Query string
+	Args  []any
+	Index string
+}
+
 // ListJobs reads the jobs of the jobs table in state (Waiting or
 // Completed) that f selects, newest first (by id), into dest, a pointer
-// to a slice of a model with the JobColumns. It walks an index backwards
-// whose columns are the state, the queue or kind when f has one, and the
-// id, and stops at the LIMIT: each page reads the rows just below the
-// last one of the page before. The other conditions filter the rows that
-// the index yields.
+// to a slice of a model with the JobColumns: the statement of
+// JobsListing.
 func (s SQL) ListJobs(ctx context.Context, db bun.IDB, state int, f ListFilter, dest any) error {
+	l := s.JobsListing(state, f)
+	return scan(ctx, db, dest, l.Query, l.Args...)
+}
+
+// JobsListing is ListJobs's statement. It walks an index backwards whose
+// columns are the state, the queue or kind when f has one, and the id,
+// and stops at the LIMIT: each page reads the rows just below the last
+// one of the page before. The other conditions filter the rows that the
+// index yields.
+func (s SQL) JobsListing(state int, f ListFilter) Listing {
 	where, args := s.where(f, "id")
 	where, args = append([]string{"state = ?"}, where...), append([]any{state}, args...)
 	if state == Waiting && len(f.Waiting) > 0 {
@@ -184,14 +199,21 @@ func (s SQL) ListJobs(ctx context.Context, db bun.IDB, state int, f ListFilter, 
 	}
 	q := "SELECT " + s.JobColumns() + " FROM " + Jobs + s.hint(index) + " WHERE " + strings.Join(where, " AND ") +
 		" ORDER BY id DESC LIMIT " + strconv.Itoa(f.Limit)
-	return scan(ctx, db, dest, q, args...)
+	return Listing{Query: q, Args: args, Index: index}
 }
 
 // ListFailedJobs reads the failed jobs that f selects, newest first by
 // their job_id, into dest, a pointer to a slice of a model with the
-// FailedColumns. It walks the (queue, job_id), (kind, job_id) or (job_id)
-// index backwards, as ListJobs does.
+// FailedColumns: the statement of FailedListing.
 func (s SQL) ListFailedJobs(ctx context.Context, db bun.IDB, f ListFilter, dest any) error {
+	l := s.FailedListing(f)
+	return scan(ctx, db, dest, l.Query, l.Args...)
+}
+
+// FailedListing is ListFailedJobs's statement. It walks the (queue,
+// job_id), (kind, job_id) or (job_id) index backwards, as JobsListing
+// does.
+func (s SQL) FailedListing(f ListFilter) Listing {
 	where, args := s.where(f, "job_id")
 	index := FailedJobIDIndex
 	switch {
@@ -204,7 +226,21 @@ func (s SQL) ListFailedJobs(ctx context.Context, db bun.IDB, f ListFilter, dest 
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	return scan(ctx, db, dest, q+" ORDER BY job_id DESC LIMIT "+strconv.Itoa(f.Limit), args...)
+	q += " ORDER BY job_id DESC LIMIT " + strconv.Itoa(f.Limit)
+	return Listing{Query: q, Args: args, Index: index}
+}
+
+// Listings returns a statement of each shape that JobList sends, one per
+// table, state and index, listing queue's jobs, or kind's, or all, one
+// page of limit, with a cursor: those the plan check explains.
+func (s SQL) Listings(queue, kind string, limit int) []Listing {
+	filters := []ListFilter{{Queue: queue}, {Kind: kind}, {}}
+	var out []Listing
+	for _, f := range filters {
+		f.Limit, f.BeforeID = limit, 1<<62
+		out = append(out, s.JobsListing(Waiting, f), s.JobsListing(Completed, f), s.FailedListing(f))
+	}
+	return out
 }
 
 // hint is the table hint that makes a listing read through index, with

@@ -294,3 +294,6 @@ func (MySQL) Lock(ctx context.Context, conn bun.Conn, name string, wait time.Dur
 		return nil
 	}, nil
 }
+
+// PreferIndexes implements Dialect.
+func (MySQL) PreferIndexes() []string { return nil }

@@ -394,3 +394,9 @@ func (Postgres) ForUpdate() string { return "NO KEY UPDATE" }
 // TxLost implements Dialect: a statement cut short by its context makes
 // the driver close the connection.
 func (Postgres) TxLost(ctx context.Context, tx bun.Tx) bool { return !txAnswers(ctx, tx) }
+
+// PreferIndexes implements Dialect.
+func (Postgres) PreferIndexes() []string {
+	return []string{"SET LOCAL enable_sort = off", "SET LOCAL enable_seqscan = off", "SET LOCAL enable_bitmapscan = off",
+		"SET LOCAL random_page_cost = 1.1"}
+}

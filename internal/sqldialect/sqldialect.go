@@ -75,6 +75,12 @@ type Dialect interface {
 	// statement read the table through the named index, whatever the
 	// table's statistics say; empty for none.
 	ForceIndex(index string) string
+	// PreferIndexes is the statements that make the planner, for the rest
+	// of a transaction, read through an index wherever one serves the
+	// query, however small the table: a plan that still scans or sorts
+	// has no index that serves it. None where statements name the index
+	// they read (ForceIndex).
+	PreferIndexes() []string
 	// Placeholder is the parameter marker for the nth argument (from 1)
 	// of a statement prepared on the server; empty where bunqueue
 	// prepares none (a server in the same process gains nothing from it).

@@ -411,3 +411,6 @@ func (SQLite) Lock(ctx context.Context, conn bun.Conn, name string, wait time.Du
 		return nil
 	}, nil
 }
+
+// PreferIndexes implements Dialect.
+func (SQLite) PreferIndexes() []string { return nil }

@@ -1,0 +1,80 @@
+package bunqueue
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/bunqueue/bunqueue/internal/sqldialect"
+)
+
+// checkListPlans explains, at Start of a client that runs jobs, a
+// statement of each shape that JobList sends (each table, state and
+// index), and warns about one that its index does not serve (a plan that
+// scans, sorts, or reads another index), as checkPlans does for the
+// queues' reads; with Config.StrictQueryPlans it returns that as
+// an error. A listing served by no index reads the whole table for each
+// page: on a million jobs, the dashboard's and the CLI's pages would take
+// seconds. The indexes are those of schema version 4.
+//
+// The explains run in a transaction that makes the planner take an index
+// wherever one serves (Dialect.PreferIndexes), since on a small table it
+// may rightly prefer to scan; on MySQL and SQLite the statements name
+// their index, and a missing one fails the explain.
+func (c *Client) checkListPlans(ctx context.Context) error {
+	if !c.runsJobs() {
+		return nil
+	}
+	for _, l := range c.jobSQL().Listings(c.firstJobQueue(), "bunqueue.plan-check", listPageSize) {
+		query := c.db.QueryGen().FormatQuery(l.Query, l.Args...)
+		plan, err := c.explainIndexed(ctx, query)
+		var msg string
+		switch {
+		case err != nil:
+			msg = fmt.Sprintf("bunqueue: JobList: explaining a listing that should read the index %s failed: %v", l.Index, err)
+		case len(plan.Problems()) > 0:
+			msg = fmt.Sprintf("bunqueue: JobList: a listing's plan has %s, so each page reads far more jobs than it returns (plan: %s)",
+				strings.Join(plan.Problems(), " and "), plan)
+		case !strings.Contains(plan.String(), l.Index):
+			msg = fmt.Sprintf("bunqueue: JobList: a listing's plan reads another index than its own (plan: %s)", plan)
+		default:
+			continue
+		}
+		msg += fmt.Sprintf("; the index %s of schema version 4 serves it: run bunqueue.Migrate (or apply bunqueue.MigrationSQL)", l.Index)
+		if c.cfg.StrictQueryPlans {
+			return fmt.Errorf("%s; Config.StrictQueryPlans is set", msg)
+		}
+		c.cfg.Logger.WarnContext(ctx, msg, "query", query)
+	}
+	return nil
+}
+
+// listPageSize is the LIMIT of the listings that checkListPlans explains:
+// a large page of the dashboard's.
+const listPageSize = 100
+
+// explainIndexed explains query in a transaction that makes the planner
+// prefer indexes, and rolls it back.
+func (c *Client) explainIndexed(ctx context.Context, query string) (sqldialect.Plan, error) {
+	var plan sqldialect.Plan
+	tx, err := c.db.BeginTx(ctx, nil)
+	if err != nil {
+		return plan, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	for _, set := range c.dialect.PreferIndexes() {
+		if _, err := tx.ExecContext(ctx, set); err != nil {
+			return plan, err
+		}
+	}
+	return c.dialect.Explain(ctx, tx, query)
+}
+
+// firstJobQueue returns the name of one of the jobs queues the client
+// runs, for the explains' filter by queue.
+func (c *Client) firstJobQueue() string {
+	for name := range c.cfg.JobQueues {
+		return name
+	}
+	return QueueDefault
+}
