@@ -72,8 +72,9 @@ type claimTx[T any] struct {
 	whole          bool // a batch handler took all the items at once
 	outcomes       []outcome
 	causes         []error
-	still          []bool // after the re-check: the row still matches the queue's query
-	firstBad       int    // after the re-check: the first row undone, or -1
+	still          []bool   // after the re-check: the row still matches the queue's query
+	rekeyed        []string // the key column a row's handler set in SQL only, or ""
+	firstBad       int      // after the re-check: the first row undone, or -1
 
 	keySlots []string // the keys whose KeyLimit slots the transaction holds
 
@@ -113,7 +114,7 @@ func (b *claimTx[T]) end() {
 func (b *claimTx[T]) begin(ctx context.Context) bool {
 	q := b.q
 	b.began = time.Now()
-	tx, err := b.s.begin(ctx, q.client.db)
+	tx, err := b.s.begin(ctx, q.client.claimDB)
 	if err != nil {
 		b.res.err = fmt.Errorf("bunqueue: queue %q: begin: %w", q.name, err)
 		return false
@@ -195,6 +196,7 @@ func (b *claimTx[T]) run(ctx context.Context) bool {
 	b.withSavepoints = len(b.items) > 1 || b.q.cfg.OnError != nil
 	b.outcomes = make([]outcome, len(b.items))
 	b.causes = make([]error, len(b.items))
+	b.rekeyed = make([]string, len(b.items))
 	if b.q.batch != nil && len(b.items) > 1 {
 		if !b.runWhole(ctx) {
 			return false
@@ -215,7 +217,11 @@ func (b *claimTx[T]) run(ctx context.Context) bool {
 // took the transaction down, the rows are to run again one by one, each
 // in a transaction of its own, so that the one that hangs fails alone.
 func (b *claimTx[T]) runWhole(ctx context.Context) bool {
-	b.whole, b.spans, b.res.err = b.q.runWhole(ctx, b.tx, b.span, b.items)
+	hctx, rk := b.q.watchRekey(ctx)
+	b.whole, b.spans, b.res.err = b.q.runWhole(hctx, b.tx, b.span, b.items)
+	for i := range b.rekeyed {
+		b.rekeyed[i] = rk.changed()
+	}
 	if errors.As(b.res.err, new(*lostTxError)) {
 		b.lose()
 		b.span.AddEvent("the batch handler timed out and its transaction was lost: running its rows one by one")
@@ -241,10 +247,12 @@ func (b *claimTx[T]) runItem(ctx context.Context, i int) bool {
 	it := q.startItemSpan(ctx, b.span, &b.items[i], len(b.items))
 	b.spans = append(b.spans, it)
 	tx := b.tx
-	herr := q.callUnderTimeout(it.ctx, tx, func(ctx context.Context) error {
+	hctx, rk := q.watchRekey(it.ctx)
+	herr := q.callUnderTimeout(hctx, tx, func(ctx context.Context) error {
 		return q.hooks.run(ctx, func() *WorkInfo { return q.workInfo(&b.items[i]) },
 			func() error { return q.handler(ctx, tx, &b.items[i]) })
 	})
+	b.rekeyed[i] = rk.changed()
 	if herr == nil {
 		return true
 	}
@@ -315,8 +323,10 @@ func (b *claimTx[T]) onError(ctx context.Context, i int, claimed *T, herr error)
 }
 
 // recheck reads which of the processed rows still match the queue's
-// query (see Queue.stillQueued), and finds the first row whose handler
-// succeeded but that is still in the queue: it breaks the rule.
+// query (see Queue.stillQueued), counts as still queued a row whose
+// handler changed its key in SQL only (see rekey.go), and finds the first
+// row whose handler succeeded but that is still in the queue: it breaks
+// the rule.
 func (b *claimTx[T]) recheck(ctx context.Context) bool {
 	still, err := b.q.stillQueued(ctx, b.tx, b.prep, b.items, b.held, b.outcomes)
 	if err != nil {
@@ -324,6 +334,15 @@ func (b *claimTx[T]) recheck(ctx context.Context) bool {
 		return false
 	}
 	b.still = still
+	for i := range b.items {
+		// Gone under the key it was claimed with, but the handler gave
+		// it another, in SQL only: perhaps still queued under that.
+		if _, id := b.q.key(&b.items[i]); b.rekeyed[i] != "" && id == b.held[i].id && !still[i] && b.outcomes[i] == succeeded {
+			still[i] = true
+		} else {
+			b.rekeyed[i] = ""
+		}
+	}
 	b.firstBad = -1
 	for i := range b.items {
 		if b.outcomes[i] == succeeded && still[i] {
@@ -376,6 +395,9 @@ func (b *claimTx[T]) settle() {
 		it := b.spans[i]
 		it.outcome = outcomeReleased
 		switch {
+		case b.outcomes[i] == succeeded && b.still[i] && b.rekeyed[i] != "":
+			ie.Err = q.keyChangedError(b.rekeyed[i])
+			it.err = ie.Err
 		case b.outcomes[i] == succeeded && b.still[i]:
 			ie.Err = q.stillQueuedError(&b.items[i], b.held[i])
 			it.err = ie.Err

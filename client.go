@@ -26,6 +26,7 @@ import (
 // exits.
 type Client struct {
 	db      *bun.DB
+	claimDB *bun.DB // db with rekeyHook, where claim transactions begin
 	cfg     Config
 	dialect sqldialect.Dialect
 	tel     *telemetry
@@ -84,7 +85,7 @@ func NewClient(db *bun.DB, cfg *Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	client := &Client{db: db, cfg: c, dialect: d, tel: tel, names: map[string]bool{}, kinds: map[string]runJob{}, periodic: periodic,
+	client := &Client{db: db, claimDB: db.WithQueryHook(rekeyHook{}), cfg: c, dialect: d, tel: tel, names: map[string]bool{}, kinds: map[string]runJob{}, periodic: periodic,
 		stopping: make(chan struct{}), drained: make(chan struct{})}
 	if !c.NoPreparedStatements && d.Placeholder(1) != "" {
 		client.stmts = prepared.New(db.DB, client.prepareFailed)
@@ -414,7 +415,7 @@ func (c *Client) checkKey(ctx context.Context, r *runner) error {
 func (c *Client) work(ctx context.Context, r *runner, f *feed) {
 	defer c.workers.Done()
 	ctx = workerContext(ctx, r) // its own writes do not wake its queue: see QueryHook
-	w := &worker{c: c, r: r, f: f, s: &session{db: c.db, dialect: c.dialect}, log: c.cfg.Logger.With("queue", r.name), size: r.batch}
+	w := &worker{c: c, r: r, f: f, s: &session{db: c.claimDB, dialect: c.dialect}, log: c.cfg.Logger.With("queue", r.name), size: r.batch}
 	if r.selfSized {
 		w.size = 1
 	}

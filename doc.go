@@ -29,7 +29,10 @@
 // it runs the queue's query again for the processed rows, by primary key.
 // A row that still matches has its handler's writes rolled back, is
 // reported with an [ItemError] that wraps [ErrStillQueued], and is cooled
-// down, so that it is not processed in a loop.
+// down, so that it is not processed in a loop. A handler that changes the
+// row's primary key must set its model's key too, so that the re-check
+// looks the row up under both keys; one that changes the key in SQL only,
+// by an UPDATE through its tx and with its context, is caught as well.
 //
 // # Declaring a queue
 //

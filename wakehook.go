@@ -491,35 +491,43 @@ func writeTargets(query string, refs []tableRef) (writeOp, []tableRef) {
 		}
 		return opInsert, refs
 	case kw.IsWord("UPDATE"):
-		t := s.Next()
-		for isAnyWord(t, "LOW_PRIORITY", "IGNORE") {
-			t = s.Next()
-		}
-		depth, expect := 0, true
-		for ; t.Kind != sqltoken.End; t = s.Next() {
-			switch {
-			case t.Is("("):
-				depth++
-				expect = false
-			case t.Is(")"):
-				depth = max(depth-1, 0)
-			case depth > 0:
-			case t.Is(","):
-				expect = true
-			case t.IsWord("SET"):
-				return opUpdate, refs
-			case isAnyWord(t, "JOIN", "STRAIGHT_JOIN"):
-				expect = true
-			case expect:
-				expect = false
-				if ref, ok := table(&s, t); ok {
-					refs = append(refs, ref)
-				}
-			}
-		}
+		refs, _ = updateTables(&s, refs)
 		return opUpdate, refs
 	}
 	return notWrite, refs
+}
+
+// updateTables reads the table references of an UPDATE, after its
+// keyword, appends each table they name to refs, and reports whether
+// their end was SET; s is then after it.
+func updateTables(s *sqltoken.Scanner, refs []tableRef) ([]tableRef, bool) {
+	t := s.Next()
+	for isAnyWord(t, "LOW_PRIORITY", "IGNORE") {
+		t = s.Next()
+	}
+	depth, expect := 0, true
+	for ; t.Kind != sqltoken.End; t = s.Next() {
+		switch {
+		case t.Is("("):
+			depth++
+			expect = false
+		case t.Is(")"):
+			depth = max(depth-1, 0)
+		case depth > 0:
+		case t.Is(","):
+			expect = true
+		case t.IsWord("SET"):
+			return refs, true
+		case isAnyWord(t, "JOIN", "STRAIGHT_JOIN"):
+			expect = true
+		case expect:
+			expect = false
+			if ref, ok := table(s, t); ok {
+				refs = append(refs, ref)
+			}
+		}
+	}
+	return refs, false
 }
 
 // isAnyWord reports whether t is one of words, in any case.
