@@ -1,6 +1,9 @@
 package bunqueue
 
 import (
+	"context"
+
+	"github.com/uptrace/bun"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -25,5 +28,27 @@ func TestAssignedKey(t *testing.T) {
 		{"WITH x AS (SELECT 1) UPDATE orders SET id = 2", "id"},
 	} {
 		require.Equal(t, tc.want, assignedKey(tc.query, "orders", pks), tc.query)
+	}
+}
+
+func BenchmarkRekeyHook(b *testing.B) {
+	ctx := context.Background()
+	w := &rekeyWatch{table: "orders", pks: []string{"id"}}
+	handler := context.WithValue(ctx, rekeyKey{}, w)
+	for _, bc := range []struct {
+		name  string
+		ctx   context.Context
+		query string
+	}{
+		{"engine statement", ctx, "SELECT `o`.`id` FROM `orders` AS `o` WHERE status = 'waiting' AND id IN (1,2,3) FOR UPDATE SKIP LOCKED"},
+		{"handler select", handler, "SELECT `o`.`id` FROM `orders` AS `o` WHERE id = 1"},
+		{"handler update", handler, "UPDATE `orders` AS `o` SET `status` = 'sent', `sent_at` = '2026-12-02 17:00:00' WHERE (`o`.`id` = 1)"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			e := &bun.QueryEvent{Query: bc.query}
+			for b.Loop() {
+				rekeyHook{}.AfterQuery(bc.ctx, e)
+			}
+		})
 	}
 }
