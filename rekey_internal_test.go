@@ -2,11 +2,10 @@ package bunqueue
 
 import (
 	"context"
-
-	"github.com/uptrace/bun"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/uptrace/bun"
 )
 
 func TestAssignedKey(t *testing.T) {
