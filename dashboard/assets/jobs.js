@@ -1,0 +1,32 @@
+// The job browser's and job page's script: "select all" on a page of
+// jobs, and a confirmation before deleting or cancelling. The pages work
+// without it (the forms post; the answer lists what was done).
+(function () {
+  "use strict";
+
+  var all = document.getElementById("select-all");
+  if (all) {
+    all.addEventListener("change", function () {
+      document.querySelectorAll("#bulk input[name=id]").forEach(function (box) {
+        box.checked = all.checked;
+      });
+    });
+  }
+
+  document.addEventListener("submit", function (ev) {
+    var button = ev.submitter;
+    if (!button || button.name !== "action") {
+      return;
+    }
+    var n = ev.target.querySelectorAll("input[name=id]:checked, input[type=hidden][name=id]").length;
+    if (n === 0) {
+      ev.preventDefault();
+      window.alert("Select the jobs to act on first.");
+      return;
+    }
+    var what = button.value === "delete" ? "Delete" : button.value === "cancel" ? "Cancel" : "";
+    if (what && !window.confirm(what + " " + (n === 1 ? "this job" : n + " jobs") + "?")) {
+      ev.preventDefault();
+    }
+  });
+}());
