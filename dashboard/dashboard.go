@@ -11,10 +11,20 @@
 // attempts and time. It refreshes itself every Options.RefreshInterval
 // without reloading. GET data.json returns the same data as JSON.
 //
+// GET jobs is the job browser: the jobs of one state (or all), of a
+// queue and kind, or of an id, newest first, a page at a time
+// (Client.JobList, Client.JobGet). GET job?id=… is a job's page: its
+// args, metadata and output indented, its times, attempts and last
+// error (Client.JobGet). The pages call the public API of package
+// bunqueue, as an app does, and no SQL of their own.
+//
 // The handler has no authentication of its own: put the app's in front
 // of it. With Options.AllowActions, each failed job gets Retry and Delete
-// buttons, and each queue Pause or Resume (POST requests that need the
-// page's CSRF token); they are off by default.
+// buttons, each queue Pause or Resume, and the jobs of the job browser
+// and the job page Retry, Cancel, Delete and Run now, on one job or a
+// selection (POST requests that need the page's CSRF token); they are
+// off by default. Options.Authorize decides, per request, what may be
+// read and done.
 //
 // Everything shown is escaped: payloads and errors are untrusted. The
 // page loads nothing from other hosts, and its Content-Security-Policy
