@@ -71,7 +71,7 @@ func (h *handler) jobAction(w http.ResponseWriter, r *http.Request) {
 		h.actionAnswer(w, r, status, res, msg)
 		return
 	}
-	ids, err := formIDs(r.PostForm["id"])
+	ids, err := h.selection(r)
 	if err != nil {
 		h.actionAnswer(w, r, http.StatusBadRequest, res, err.Error())
 		return
@@ -100,6 +100,43 @@ func (h *handler) check(r *http.Request, action string) (int, string) {
 		return http.StatusForbidden, "missing or invalid CSRF token: reload the page and try again"
 	}
 	return 0, ""
+}
+
+// selection returns the ids the form selects: its ids, or, when its
+// field matching is set, those of the first maxSelected jobs that its
+// filter (state, queue, kind) matches, newest first, read with JobList
+// before any is acted on.
+func (h *handler) selection(r *http.Request) ([]int64, error) {
+	if r.PostFormValue("matching") == "" {
+		return formIDs(r.PostForm["id"])
+	}
+	f := jobsFilterOf(r.PostForm)
+	if f.Invalid != "" {
+		return nil, errors.New(f.Invalid)
+	}
+	filter := bunqueue.JobListFilter{Queue: f.Queue, Kind: f.Kind, Limit: maxSelected}
+	if f.State != "" {
+		filter.States = []bunqueue.JobState{f.State}
+	}
+	var ids []int64
+	for len(ids) < maxSelected {
+		filter.Limit = maxSelected - len(ids)
+		page, err := h.client.JobList(r.Context(), filter)
+		if err != nil {
+			return nil, err
+		}
+		for _, j := range page.Jobs {
+			ids = append(ids, j.ID)
+		}
+		if page.Cursor == "" {
+			break
+		}
+		filter.Cursor = page.Cursor
+	}
+	if len(ids) == 0 {
+		return nil, errors.New("the filter matches no job")
+	}
+	return ids, nil
 }
 
 // formIDs parses the form's ids: 1 to maxSelected of them.

@@ -2,8 +2,10 @@ package dashboard
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"time"
 
@@ -34,18 +36,24 @@ type JobsFilter struct {
 	// Prev are the cursors of the pages before this one, oldest first
 	// (the first page's is ""), for Previous.
 	Prev []string
+	// Invalid says what is wrong with the query's state or id, or "".
+	Invalid string
 }
 
 // jobsFilterOf reads the job browser's filter of q.
 func jobsFilterOf(q url.Values) JobsFilter {
 	f := JobsFilter{Queue: q.Get("queue"), Kind: q.Get("kind"), Cursor: q.Get("cursor"), Prev: q["prev"]}
-	for _, s := range browserStates {
-		if q.Get("state") == string(s) {
-			f.State = s
-		}
+	if s := bunqueue.JobState(q.Get("state")); slices.Contains(browserStates, s) {
+		f.State = s
+	} else if s != "" {
+		f.Invalid = fmt.Sprintf("The state %q is not one of pending, scheduled, running, retrying, failed, completed.", s)
 	}
-	if id, err := strconv.ParseInt(q.Get("id"), 10, 64); err == nil && id > 0 {
-		f.ID = id
+	if s := q.Get("id"); s != "" {
+		id, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || id <= 0 {
+			f.Invalid = fmt.Sprintf("The id %q is not a job's id (a positive whole number).", s)
+		}
+		f.ID = max(id, 0)
 	}
 	if len(f.Prev) > prevKept {
 		f.Prev = f.Prev[len(f.Prev)-prevKept:]
@@ -103,6 +111,11 @@ type jobsView struct {
 func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 	f := jobsFilterOf(r.URL.Query())
 	v := &jobsView{frame: h.frame(w, r, "jobs"), Filter: f, States: browserStates}
+	if f.Invalid != "" {
+		v.Error = f.Invalid
+		h.renderStatus(w, http.StatusBadRequest, "jobs", v)
+		return
+	}
 	if f.ID > 0 {
 		v.Jobs, v.Error = h.oneJob(r, f.ID)
 		h.render(w, "jobs", v)

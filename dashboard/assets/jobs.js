@@ -18,14 +18,16 @@
     if (!button || button.name !== "action") {
       return;
     }
+    var matching = ev.target.querySelector("input[name=matching]:checked");
     var n = ev.target.querySelectorAll("input[name=id]:checked, input[type=hidden][name=id]").length;
-    if (n === 0) {
+    if (n === 0 && !matching) {
       ev.preventDefault();
       window.alert("Select the jobs to act on first.");
       return;
     }
     var what = button.value === "delete" ? "Delete" : button.value === "cancel" ? "Cancel" : "";
-    if (what && !window.confirm(what + " " + (n === 1 ? "this job" : n + " jobs") + "?")) {
+    var which = matching ? "every job the filter matches (the first 1,000)" : n === 1 ? "this job" : n + " jobs";
+    if (what && !window.confirm(what + " " + which + "?")) {
       ev.preventDefault();
     }
   });

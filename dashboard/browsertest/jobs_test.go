@@ -289,3 +289,30 @@ func TestJobActionsRefused(t *testing.T) {
 		})
 	}
 }
+
+// An action on everything a tab and filter match: the pending jobs of
+// the queue are cancelled, and nothing else is touched.
+func TestJobActionOnFilter(t *testing.T) {
+	f := setupJobs(t, &dashboard.Options{AllowActions: true})
+	status, res := f.post(t, url.Values{"action": {"cancel"}, "matching": {"1"}, "state": {"pending"}, "queue": {f.queue}}, nil)
+	require.Equal(t, http.StatusOK, status, "%+v", res)
+	var ids []int64
+	for _, j := range res.Jobs {
+		require.True(t, j.OK, "%+v", j)
+		ids = append(ids, j.ID)
+	}
+	require.Equal(t, f.pending, ids, "the pending jobs, newest first")
+	rec, err := f.client.JobGet(t.Context(), f.sched)
+	require.NoError(t, err)
+	require.Equal(t, bunqueue.JobStateScheduled, rec.State, "the scheduled job is not in the filter")
+
+	status, res = f.post(t, url.Values{"action": {"cancel"}, "matching": {"1"}, "state": {"pending"}, "queue": {f.queue}}, nil)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Equal(t, "the filter matches no job", res.Error)
+	status, res = f.post(t, url.Values{"action": {"cancel"}, "matching": {"1"}, "state": {"waiting"}}, nil)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, res.Error, `The state "waiting" is not one of`)
+	status, page := f.get(t, "jobs?state=waiting")
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, page, "The state &#34;waiting&#34; is not one of")
+}
