@@ -11,10 +11,20 @@
 // attempts and time. It refreshes itself every Options.RefreshInterval
 // without reloading. GET data.json returns the same data as JSON.
 //
+// GET jobs is the job browser: the jobs of one state (or all), of a
+// queue and kind, or of an id, newest first, a page at a time
+// (Client.JobList, Client.JobGet). GET job?id=… is a job's page: its
+// args, metadata and output indented, its times, attempts and last
+// error (Client.JobGet). The pages call the public API of package
+// bunqueue, as an app does, and no SQL of their own.
+//
 // The handler has no authentication of its own: put the app's in front
 // of it. With Options.AllowActions, each failed job gets Retry and Delete
-// buttons, and each queue Pause or Resume (POST requests that need the
-// page's CSRF token); they are off by default.
+// buttons, each queue Pause or Resume, and the jobs of the job browser
+// and the job page Retry, Cancel, Delete and Run now, on one job or a
+// selection (POST requests that need the page's CSRF token); they are
+// off by default. Options.Authorize decides, per request, what may be
+// read and done.
 //
 // Everything shown is escaped: payloads and errors are untrusted. The
 // page loads nothing from other hosts, and its Content-Security-Policy
@@ -44,20 +54,36 @@ const (
 // Options configure the dashboard. A nil *Options, and its zero value,
 // mean defaults.
 type Options struct {
-	// AllowActions shows Retry and Delete buttons on failed jobs, and
-	// Pause or Resume on each of the client's queues, and accepts them: POST requests that carry the page's CSRF token
-	// (a signed token, in a SameSite=Strict cookie and in the form, that
-	// must match) and that the browser does not mark as cross-origin.
-	// Defaults to false: the dashboard only reads.
+	// AllowActions shows the buttons of the actions and accepts them:
+	// Retry and Delete on failed jobs, Pause or Resume on each of the
+	// client's queues, and Retry, Cancel, Delete and Run now on jobs, one
+	// or a selection, in the job browser and on the job page. They are
+	// POST requests that carry the page's CSRF token (a signed token, in
+	// a SameSite=Strict cookie and in the form, that must match) and that
+	// the browser does not mark as cross-origin. Defaults to false: the
+	// dashboard only reads, and answers every action 403.
 	AllowActions bool
 	// Title is the page's title. Defaults to "bunqueue".
 	Title string
 	// RefreshInterval is how often the page fetches fresh data. Defaults
 	// to RefreshIntervalDefault; at least one second.
 	RefreshInterval time.Duration
-	// PageSize is how many failed jobs one page lists, 1 to 1000.
+	// PageSize is how many failed jobs, or jobs of the job browser, one
+	// page lists, 1 to 1000.
 	// Defaults to PageSizeDefault.
 	PageSize int
+	// Authorize, when set, is asked before each request is served, with
+	// the request and what it does: ActionView for the pages and
+	// data.json, the action's name (ActionRetry, ActionCancel, …) for an
+	// action. A request it refuses is answered 403, saying so, and the
+	// pages hide the buttons of the actions it refuses. It cannot allow
+	// what AllowActions does not. Defaults to allowing every request.
+	Authorize func(r *http.Request, action string) bool
+	// TraceURL, when set, returns the address of the trace traceID (32
+	// hexadecimal digits) in the app's tracing UI, for example
+	// "https://jaeger.example.com/trace/" + traceID: the job page links a
+	// failed job to the trace it was enqueued in. Defaults to no link.
+	TraceURL func(traceID string) string
 	// CSRFKey signs the CSRF tokens. Defaults to a random key made by
 	// New: set the same key (32 random bytes) on every instance of the app
 	// behind one load balancer, so that a token from one is good at the
@@ -140,6 +166,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("X-Frame-Options", "DENY")
 	hdr.Set("Referrer-Policy", "same-origin")
 	path := r.URL.Path
+	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && !h.allowed(r, ActionView) {
+		http.Error(w, "bunqueue dashboard: "+h.refusal(ActionView), http.StatusForbidden)
+		return
+	}
 	switch {
 	case path == "/" || path == "":
 		h.get(w, r, h.page)
@@ -147,6 +177,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.get(w, r, h.fragment)
 	case path == "/data.json":
 		h.get(w, r, h.json)
+	case path == "/jobs":
+		h.get(w, r, h.jobs)
+	case path == "/job":
+		h.get(w, r, h.job)
+	case path == "/job-action":
+		h.jobAction(w, r)
 	case path == "/retry" || path == "/delete" || path == "/pause" || path == "/resume":
 		h.action(w, r, path[1:])
 	case len(path) > len("/assets/") && path[:len("/assets/")] == "/assets/":

@@ -65,6 +65,7 @@ var funcs = template.FuncMap{
 		}
 		return "./?" + q.Encode()
 	},
+	"when": when,
 	"firstLine": func(s string) string {
 		line, _, more := strings.Cut(s, "\n")
 		if r := []rune(line); len(r) > 120 {
@@ -134,7 +135,12 @@ func (h *handler) fragment(w http.ResponseWriter, r *http.Request) {
 	h.render(w, "live", h.view(w, r))
 }
 
-func (h *handler) render(w http.ResponseWriter, name string, v *view) {
+func (h *handler) render(w http.ResponseWriter, name string, v any) {
+	h.renderStatus(w, http.StatusOK, name, v)
+}
+
+// renderStatus writes the template name, executed with v, with status.
+func (h *handler) renderStatus(w http.ResponseWriter, status int, name string, v any) {
 	var b bytes.Buffer
 	if err := h.pages.ExecuteTemplate(&b, name, v); err != nil {
 		http.Error(w, "dashboard: render: "+err.Error(), http.StatusInternalServerError)
@@ -142,6 +148,7 @@ func (h *handler) render(w http.ResponseWriter, name string, v *view) {
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
 	_, _ = w.Write(b.Bytes())
 }
 
@@ -186,8 +193,8 @@ func (h *handler) action(w http.ResponseWriter, r *http.Request, what string) {
 		refuse(http.StatusMethodNotAllowed, "use POST")
 		return
 	}
-	if !h.opts.AllowActions {
-		refuse(http.StatusForbidden, "actions are off: the app turns them on with dashboard.Options.AllowActions")
+	if !h.allowed(r, what) {
+		refuse(http.StatusForbidden, h.refusal(what))
 		return
 	}
 	if err := h.origins.Check(r); err != nil {

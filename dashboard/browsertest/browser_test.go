@@ -103,31 +103,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	_, err = db.NewRaw("UPDATE bunqueue_failed_jobs SET args = ? WHERE id = ?", []byte(payload), failedID).Exec(t.Context())
 	require.NoError(t, err)
 
-	// The browser.
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.WindowSize(1200, 900))
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancelTab := chromedp.NewContext(allocCtx)
-	defer cancelTab()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := chromedp.Do(ctx); err != nil { // starts the browser
-		t.Fatalf("start %s: %v", browser, err)
-	}
-	var mu sync.Mutex
-	var console []chromedp.ConsoleMessage
-	messages := chromedp.Console(ctx)
-	go func() {
-		for m, err := range messages {
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			console = append(console, m)
-			mu.Unlock()
-		}
-	}()
-
+	ctx, checkConsole := startBrowser(t, browser)
 	row := fmt.Sprintf("#failed-%d", failedID)
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(srv.URL+"/bunqueue/?queue="+queue),
@@ -181,11 +157,47 @@ func TestDashboardInBrowser(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(status, "Updated "), status)
 
-	mu.Lock()
-	defer mu.Unlock()
-	for _, m := range console {
-		require.False(t, m.IsException(), "no script error: %s", m)
-		require.NotContains(t, strings.ToLower(m.String()), "content security policy", "no CSP violation: %s", m)
-	}
+	checkConsole()
 	t.Logf("browser test took %s", time.Since(began).Round(time.Millisecond))
+}
+
+// startBrowser starts browser, headless, for 60 seconds at most, and
+// returns its tab and a function that fails the test if the pages have
+// logged a script error, any other error or a Content-Security-Policy
+// violation so far.
+func startBrowser(t *testing.T, browser string) (context.Context, func()) {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.WindowSize(1200, 900))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancelTab := chromedp.NewContext(allocCtx)
+	t.Cleanup(cancelTab)
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	t.Cleanup(cancel)
+	if err := chromedp.Do(ctx); err != nil { // starts the browser
+		t.Fatalf("start %s: %v", browser, err)
+	}
+	var mu sync.Mutex
+	var console []chromedp.ConsoleMessage
+	messages := chromedp.Console(ctx)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			console = append(console, m)
+			mu.Unlock()
+		}
+	}()
+	return ctx, func() {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range console {
+			require.False(t, m.IsException(), "no script error: %s", m)
+			require.NotEqual(t, chromedp.ConsoleError, m.Type, "no error in the console: %s (%s)", m, m.URL)
+			require.NotContains(t, strings.ToLower(m.String()), "content security policy", "no CSP violation: %s", m)
+		}
+	}
 }
