@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -232,71 +231,4 @@ func (b *bench) memory(ctx context.Context, rows int) (result, error) {
 		note += fmt.Sprintf("; peak RSS ×%.2f of memory-1k (goal within 20%%)", float64(rep.PeakRSSKiB)/float64(base.RSSKiB))
 	}
 	return result{ItemsPerSec: float64(rep.Processed) / rep.Seconds, RSSKiB: rep.PeakRSSKiB, Note: note}, nil
-}
-
-// latencyCrossProcess is the latency scenario with the enqueues made by a
-// child process: no wake-up hook can reach this process's workers, which
-// find the jobs by polling (PollInterval left at its default).
-func (b *bench) latencyCrossProcess(ctx context.Context, perSecond int) (result, error) {
-	db, err := b.open(ctx, poolSize)
-	if err != nil {
-		return result{}, err
-	}
-	defer db.Close()
-	const queue = "bench_latency_xproc"
-	client, cleanup, err := b.jobsClient(ctx, db, queue, bunqueue.JobQueueConfig{Workers: workers})
-	if err != nil {
-		return result{}, err
-	}
-	defer cleanup()
-	rec := startRecorder{runs: b.newTally()}
-	if err := bunqueue.AddWorker(client, rec.worker()); err != nil {
-		return result{}, err
-	}
-	if err := client.Start(ctx); err != nil {
-		return result{}, err
-	}
-	stopClient := func() error {
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		return client.Stop(stopCtx)
-	}
-	poll := bunqueue.PollIntervalDefault
-	rep, err := func() (childReport, error) {
-		p, err := b.startChild(ctx, "enqueue", "--queue", queue, "--rate", fmt.Sprint(perSecond),
-			"--warmup", b.warmup.String(), "--duration", b.duration.String())
-		if err != nil {
-			return childReport{}, err
-		}
-		return p.wait()
-	}()
-	if err == nil {
-		b.scene.addChild(rep)
-		// Give the last jobs a poll interval and 2 s to start.
-		rec.waitStarted(rep.Enqueued, poll+2*time.Second)
-	}
-	rss := readRSS()
-	if serr := stopClient(); err == nil && serr != nil {
-		err = fmt.Errorf("stop the client: %w", serr)
-	}
-	if err != nil {
-		return result{}, err
-	}
-	if rep.InWindow < 2 || rep.EnqueueP50ms == nil {
-		return result{}, errors.New("the child enqueued fewer than 2 jobs during the measured window")
-	}
-	lat := rec.measured()
-	note := fmt.Sprintf("a child process enqueued %d in the window (%.0f/s, the Enqueue call took p50 %.2f ms, p99 %.2f ms), %d started here",
-		rep.InWindow, float64(rep.InWindow)/rep.WindowS, *rep.EnqueueP50ms, *rep.EnqueueP99ms, len(lat))
-	r, err := latencyResult(lat, rep.InWindow, time.Duration(rep.WindowS*float64(time.Second)), rss, note)
-	if err != nil {
-		return result{}, err
-	}
-	goal := poll + 20*time.Millisecond
-	verdict := "met"
-	if r.P99ms == nil || *r.P99ms > float64(goal)/float64(time.Millisecond) {
-		verdict = "NOT met"
-	}
-	r.Note += fmt.Sprintf("; PollInterval %s (the default): goal p99 ≤ PollInterval + 20 ms = %s: %s", poll, goal, verdict)
-	return r, nil
 }
