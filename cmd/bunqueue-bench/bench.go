@@ -513,7 +513,7 @@ func printTable(w io.Writer, rep *report) {
 		"tx retries\tfailed batches\tre-runs\tre-run %\t  note")
 	for _, r := range rep.Results {
 		if r.Skipped {
-			fmt.Fprintf(tw, "%s\t%d%s\t  %s\n", r.Scenario, r.Concurrency, strings.Repeat("\t-", 13), r.Note)
+			fmt.Fprintf(tw, "%s\t%d%s\t  %s\n", r.Scenario, r.Concurrency, strings.Repeat("\t-", 12), r.Note)
 			continue
 		}
 		cpu := optFloat(r.ClientCPU, "%.0f")

@@ -34,6 +34,9 @@ type childReport struct {
 	WindowS      float64  `json:"window_s,omitempty"`
 	EnqueueP50ms *float64 `json:"enqueue_p50_ms,omitempty"`
 	EnqueueP99ms *float64 `json:"enqueue_p99_ms,omitempty"`
+	// Returned is, for each job enqueued in the window, when its Enqueue
+	// returned (Unix nanoseconds), by job id: its commit was behind it.
+	Returned map[int64]int64 `json:"returned_unix_ns,omitempty"`
 
 	// both: what the child's client counted (see result)
 	TxRetries     int64 `json:"tx_retries,omitempty"`
@@ -133,8 +136,12 @@ func (b *bench) childEnqueue(ctx context.Context, queue string, perSecond int) (
 		return childReport{}, err
 	}
 	opts := &bunqueue.EnqueueOpts{Queue: queue}
+	returned := map[int64]int64{}
 	p, err := b.produce(ctx, perSecond, func(ctx context.Context, job latencyJob) error {
-		_, err := client.Enqueue(ctx, db, job, opts)
+		res, err := client.Enqueue(ctx, db, job, opts)
+		if err == nil && job.Measured {
+			returned[res.ID] = time.Now().UnixNano()
+		}
 		return err
 	})
 	if err != nil {
@@ -146,6 +153,7 @@ func (b *bench) childEnqueue(ctx context.Context, queue string, perSecond int) (
 		WindowS:      p.window.Seconds(),
 		EnqueueP50ms: percentile(p.enqueueTimes, 0.5),
 		EnqueueP99ms: percentile(p.enqueueTimes, 0.99),
+		Returned:     returned,
 	}, nil
 }
 

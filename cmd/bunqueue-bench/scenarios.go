@@ -998,6 +998,8 @@ type startRecorder struct {
 	// each measured job it is recorded beside the latency.
 	sinceWake func(now time.Time) (time.Duration, bool)
 	woken     []time.Duration
+
+	startedAt map[int64]time.Time // of the measured jobs, by id
 }
 
 func (r *startRecorder) worker() bunqueue.WorkerFunc[latencyJob] {
@@ -1011,6 +1013,10 @@ func (r *startRecorder) worker() bunqueue.WorkerFunc[latencyJob] {
 		if job.Args.Measured {
 			r.mu.Lock()
 			r.latencies = append(r.latencies, d)
+			if r.startedAt == nil {
+				r.startedAt = map[int64]time.Time{}
+			}
+			r.startedAt[job.ID] = now
 			if r.sinceWake != nil {
 				if w, ok := r.sinceWake(now); ok {
 					r.woken = append(r.woken, w)
@@ -1034,6 +1040,20 @@ func (r *startRecorder) measured() []time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.latencies)
+}
+
+// sinceReturn returns, for the measured jobs that returned names (job
+// id → Unix nanoseconds), how long after that each started.
+func (r *startRecorder) sinceReturn(returned map[int64]int64) []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ds []time.Duration
+	for id, at := range returned {
+		if started, ok := r.startedAt[id]; ok {
+			ds = append(ds, started.Sub(time.Unix(0, at)))
+		}
+	}
+	return ds
 }
 
 // measuredSinceWake returns, for the measured jobs, how long after the
