@@ -37,6 +37,9 @@ type childReport struct {
 	// Returned is, for each job enqueued in the window, when its Enqueue
 	// returned (Unix nanoseconds), by job id: its commit was behind it.
 	Returned map[int64]int64 `json:"returned_unix_ns,omitempty"`
+	// Notifies are the start and end (Unix nanoseconds) of each statement
+	// that sent notifications, over the whole run.
+	Notifies [][2]int64 `json:"notifies_unix_ns,omitempty"`
 
 	// both: what the child's client counted (see result)
 	TxRetries     int64 `json:"tx_retries,omitempty"`
@@ -129,6 +132,8 @@ func (b *bench) childEnqueue(ctx context.Context, queue string, perSecond int) (
 		return childReport{}, err
 	}
 	defer db.Close()
+	sends := &sendClock{}
+	db.AddQueryHook(sends)
 	client, err := bunqueue.NewClient(db, b.config(bunqueue.Config{
 		JobQueues: map[string]bunqueue.JobQueueConfig{queue: {}},
 	}))
@@ -154,6 +159,7 @@ func (b *bench) childEnqueue(ctx context.Context, queue string, perSecond int) (
 		EnqueueP50ms: percentile(p.enqueueTimes, 0.5),
 		EnqueueP99ms: percentile(p.enqueueTimes, 0.99),
 		Returned:     returned,
+		Notifies:     sends.sent(),
 	}, nil
 }
 

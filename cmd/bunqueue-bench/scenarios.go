@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -1040,6 +1041,13 @@ func (r *startRecorder) measured() []time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.latencies)
+}
+
+// startTimes returns when each measured job started, by id.
+func (r *startRecorder) startTimes() map[int64]time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.startedAt)
 }
 
 // sinceReturn returns, for the measured jobs that returned names (job

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/bunqueue/bunqueue"
@@ -25,32 +24,6 @@ func noNotifications(b *bench) string {
 		return ""
 	}
 	return "the server has no notifications (LISTEN/NOTIFY is PostgreSQL's): workers find other processes' jobs by polling, as in latency-xproc"
-}
-
-// wakeClock wraps a Listener and keeps the time of the last notification
-// it delivered, and how many it delivered.
-type wakeClock struct {
-	next  bunqueue.Listener
-	last  atomic.Int64 // UnixNano of the last notification; 0 before it
-	count atomic.Int64
-}
-
-// Listen implements bunqueue.Listener.
-func (w *wakeClock) Listen(ctx context.Context, channel string, listening func(), notified func(payload string)) error {
-	return w.next.Listen(ctx, channel, listening, func(payload string) {
-		w.last.Store(time.Now().UnixNano())
-		w.count.Add(1)
-		notified(payload)
-	})
-}
-
-// sinceLast returns how long ago the last notification came, if one did.
-func (w *wakeClock) sinceLast(now time.Time) (time.Duration, bool) {
-	last := w.last.Load()
-	if last == 0 {
-		return 0, false
-	}
-	return now.Sub(time.Unix(0, last)), true
 }
 
 // latencyCrossProcess is the latency scenario with the enqueues made by a
@@ -74,7 +47,7 @@ func (b *bench) latencyCrossProcess(ctx context.Context, perSecond int, listen b
 		if err != nil {
 			return result{}, err
 		}
-		clock = &wakeClock{next: l}
+		clock = &wakeClock{next: l, queue: queue}
 		base.Listener = clock
 	}
 	client, cleanup, err := b.jobsClientConfig(ctx, db, queue, bunqueue.JobQueueConfig{Workers: workers}, base)
@@ -134,6 +107,7 @@ func (b *bench) latencyCrossProcess(ctx context.Context, perSecond int, listen b
 	}
 	if listen {
 		r.Note += notifyNote(r, clock, rec.measuredSinceWake())
+		r.Note += pathNote(rec.startTimes(), rep.Returned, rep.Notifies, clock.arrivals())
 		return r, nil
 	}
 	goal := poll + 20*time.Millisecond
@@ -149,7 +123,7 @@ func (b *bench) latencyCrossProcess(ctx context.Context, perSecond int, listen b
 // received, how long after the last one each measured job started, and
 // the goal.
 func notifyNote(r result, clock *wakeClock, sinceWake []time.Duration) string {
-	note := fmt.Sprintf("; %d notifications received", clock.count.Load())
+	note := fmt.Sprintf("; %d notifications received for the queue (%d for others on the channel)", clock.count.Load(), clock.others.Load())
 	if p50, p99 := percentile(sinceWake, 0.5), percentile(sinceWake, 0.99); p50 != nil {
 		note += fmt.Sprintf(", each job started p50 %.2f ms, p99 %.2f ms after the last one", *p50, *p99)
 	}
