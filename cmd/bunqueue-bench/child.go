@@ -159,7 +159,7 @@ func (b *bench) childEnqueue(ctx context.Context, queue string, perSecond int) (
 		EnqueueP50ms: percentile(p.enqueueTimes, 0.5),
 		EnqueueP99ms: percentile(p.enqueueTimes, 0.99),
 		Returned:     returned,
-		Notifies:     sends.sent(),
+		Notifies:     sends.settled(ctx),
 	}, nil
 }
 

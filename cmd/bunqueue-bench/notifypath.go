@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -50,6 +51,22 @@ func (s *sendClock) sent() [][2]int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.sends)
+}
+
+// settled returns the statements recorded once no more came for 100 ms
+// (at most 2 s): the background sender may still be sending the last
+// enqueues' notifications.
+func (s *sendClock) settled(ctx context.Context) [][2]int64 {
+	n := -1
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; {
+		sent := s.sent()
+		if len(sent) == n {
+			return sent
+		}
+		n = len(sent)
+		time.Sleep(100 * time.Millisecond)
+	}
+	return s.sent()
 }
 
 // wakeClock wraps a Listener and records when each notification for the
@@ -104,41 +121,72 @@ func (w *wakeClock) arrivals() []int64 {
 	return slices.Clone(w.came)
 }
 
+// pathSlow is the latency from the call of Enqueue over which pathNote
+// tells which piece of a job's path took longest.
+const pathSlow = 20 * time.Millisecond
+
+// pathPieces names the pieces of a job's path that pathNote times.
+var pathPieces = []string{"the Enqueue call", "return → the send begins", "the send", "its end → received here", "received → started"}
+
 // pathNote times, for each measured job, the pieces of its way from the
-// return of Enqueue to its start: until the child's next statement that
-// notifies began (the background sender's lag), that statement, from its
-// end until the notification came here, and from then until the job
-// started. The k-th notification that came is the k-th sent counted
-// from the last (the first ones may have been sent before this process
-// listened); the matching is not done if more came than were sent.
-func pathNote(started map[int64]time.Time, returned map[int64]int64, sends [][2]int64, came []int64) string {
+// call of Enqueue to its start: the call, until the child's next
+// statement that notifies began (the background sender's lag), that
+// statement, from its end until the notification came here, and from
+// then until the job started; and, for the jobs that took longer than
+// pathSlow, which piece was the longest. The k-th notification that came
+// is the k-th sent counted from the last (the first ones may have been
+// sent before this process listened); the matching is not done if more
+// came than were sent.
+func pathNote(jobs map[int64]jobTimes, returned map[int64]int64, sends [][2]int64, came []int64) string {
 	if len(sends) == 0 || len(came) > len(sends) {
 		return fmt.Sprintf("; no breakdown of the path: %d statements notified, %d notifications came", len(sends), len(came))
 	}
-	slices.SortFunc(sends, func(a, b [2]int64) int { return int(a[0] - b[0]) })
+	slices.SortFunc(sends, func(a, b [2]int64) int { return cmp.Compare(a[0], b[0]) })
 	offset := len(sends) - len(came)
-	var lag, send, deliver, wake []time.Duration
+	pieces := make([][]time.Duration, len(pathPieces))
+	slowBy := make([]int, len(pathPieces))
+	slow := 0
 	for id, r := range returned {
-		s, ok := started[id]
+		t, ok := jobs[id]
 		if !ok {
 			continue
 		}
-		k, _ := slices.BinarySearchFunc(sends, r, func(e [2]int64, t int64) int { return int(e[0] - t) })
+		k, _ := slices.BinarySearchFunc(sends, r, func(e [2]int64, t int64) int { return cmp.Compare(e[0], t) })
 		if k >= len(sends) || k < offset {
 			continue
 		}
 		a := came[k-offset]
-		lag = append(lag, time.Duration(sends[k][0]-r))
-		send = append(send, time.Duration(sends[k][1]-sends[k][0]))
-		deliver = append(deliver, time.Duration(a-sends[k][1]))
-		wake = append(wake, s.Sub(time.Unix(0, a)))
+		p := []time.Duration{
+			time.Duration(r - t.enqueued.UnixNano()),
+			time.Duration(sends[k][0] - r),
+			time.Duration(sends[k][1] - sends[k][0]),
+			time.Duration(a - sends[k][1]),
+			t.started.Sub(time.Unix(0, a)),
+		}
+		for i, d := range p {
+			pieces[i] = append(pieces[i], d)
+		}
+		if t.started.Sub(t.enqueued) > pathSlow {
+			slow++
+			slowBy[slices.Index(p, slices.Max(p))]++
+		}
 	}
-	if len(lag) == 0 {
+	if len(pieces[0]) == 0 {
 		return "; no breakdown of the path: no job matched a notification"
 	}
-	pct := func(ds []time.Duration) string {
-		return fmt.Sprintf("%.2f / %.2f", *percentile(ds, 0.5), *percentile(ds, 0.99))
+	parts := make([]string, len(pathPieces))
+	for i, name := range pathPieces {
+		parts[i] = fmt.Sprintf("%s %.2f / %.2f", name, *percentile(pieces[i], 0.5), *percentile(pieces[i], 0.99))
 	}
-	return fmt.Sprintf("; the path, p50 / p99 ms over %d jobs: return → the send begins %s, the send %s, its end → received here %s, received → started %s",
-		len(lag), pct(lag), pct(send), pct(deliver), pct(wake))
+	note := fmt.Sprintf("; the path, p50 / p99 ms over %d jobs: %s", len(pieces[0]), strings.Join(parts, ", "))
+	if slow > 0 {
+		var by []string
+		for i, n := range slowBy {
+			if n > 0 {
+				by = append(by, fmt.Sprintf("%s %d", pathPieces[i], n))
+			}
+		}
+		note += fmt.Sprintf("; of the %d jobs over %s, the longest piece was %s", slow, pathSlow, strings.Join(by, ", "))
+	}
+	return note
 }

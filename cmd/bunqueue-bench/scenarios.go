@@ -1000,8 +1000,11 @@ type startRecorder struct {
 	sinceWake func(now time.Time) (time.Duration, bool)
 	woken     []time.Duration
 
-	startedAt map[int64]time.Time // of the measured jobs, by id
+	times map[int64]jobTimes // of the measured jobs, by id
 }
+
+// jobTimes is when a job was enqueued (the call of Enqueue) and started.
+type jobTimes struct{ enqueued, started time.Time }
 
 func (r *startRecorder) worker() bunqueue.WorkerFunc[latencyJob] {
 	return func(_ context.Context, _ bun.IDB, job *bunqueue.Job[latencyJob]) error {
@@ -1014,10 +1017,10 @@ func (r *startRecorder) worker() bunqueue.WorkerFunc[latencyJob] {
 		if job.Args.Measured {
 			r.mu.Lock()
 			r.latencies = append(r.latencies, d)
-			if r.startedAt == nil {
-				r.startedAt = map[int64]time.Time{}
+			if r.times == nil {
+				r.times = map[int64]jobTimes{}
 			}
-			r.startedAt[job.ID] = now
+			r.times[job.ID] = jobTimes{enqueued: job.Args.EnqueuedAt, started: now}
 			if r.sinceWake != nil {
 				if w, ok := r.sinceWake(now); ok {
 					r.woken = append(r.woken, w)
@@ -1043,11 +1046,12 @@ func (r *startRecorder) measured() []time.Duration {
 	return slices.Clone(r.latencies)
 }
 
-// startTimes returns when each measured job started, by id.
-func (r *startRecorder) startTimes() map[int64]time.Time {
+// jobTimes returns when each measured job was enqueued and started, by
+// id.
+func (r *startRecorder) jobTimes() map[int64]jobTimes {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return maps.Clone(r.startedAt)
+	return maps.Clone(r.times)
 }
 
 // sinceReturn returns, for the measured jobs that returned names (job
@@ -1057,8 +1061,8 @@ func (r *startRecorder) sinceReturn(returned map[int64]int64) []time.Duration {
 	defer r.mu.Unlock()
 	var ds []time.Duration
 	for id, at := range returned {
-		if started, ok := r.startedAt[id]; ok {
-			ds = append(ds, started.Sub(time.Unix(0, at)))
+		if t, ok := r.times[id]; ok {
+			ds = append(ds, t.started.Sub(time.Unix(0, at)))
 		}
 	}
 	return ds

@@ -107,7 +107,7 @@ func (b *bench) latencyCrossProcess(ctx context.Context, perSecond int, listen b
 	}
 	if listen {
 		r.Note += notifyNote(r, clock, rec.measuredSinceWake())
-		r.Note += pathNote(rec.startTimes(), rep.Returned, rep.Notifies, clock.arrivals())
+		r.Note += pathNote(rec.jobTimes(), rep.Returned, rep.Notifies, clock.arrivals())
 		return r, nil
 	}
 	goal := poll + 20*time.Millisecond
