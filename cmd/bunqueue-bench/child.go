@@ -40,6 +40,9 @@ type childReport struct {
 	// Notifies are the start and end (Unix nanoseconds) of each statement
 	// that sent notifications, over the whole run.
 	Notifies [][2]int64 `json:"notifies_unix_ns,omitempty"`
+	// Called is, for each row inserted in the window (rows), when its
+	// transaction began (Unix nanoseconds), by id.
+	Called map[int64]int64 `json:"called_unix_ns,omitempty"`
 
 	// both: what the child's client counted (see result)
 	TxRetries     int64 `json:"tx_retries,omitempty"`
@@ -48,12 +51,12 @@ type childReport struct {
 	Reruns        int64 `json:"handler_reruns,omitempty"`
 }
 
-// runChild runs "bunqueue-bench bench-child memory|enqueue [flags]" (internal:
+// runChild runs "bunqueue-bench bench-child memory|enqueue|rows [flags]" (internal:
 // started by the bench). The DSN comes from BUNQUEUE_MYSQL_DSN, so that it
 // does not show in the process list.
 func runChild(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || (args[0] != "memory" && args[0] != "enqueue") {
-		fmt.Fprintln(stderr, "Usage: bunqueue-bench "+childCommand+" memory|enqueue [flags] (internal: started by bunqueue-bench)")
+	if len(args) == 0 || (args[0] != "memory" && args[0] != "enqueue" && args[0] != "rows") {
+		fmt.Fprintln(stderr, "Usage: bunqueue-bench "+childCommand+" memory|enqueue|rows [flags] (internal: started by bunqueue-bench)")
 		return exitUsage
 	}
 	fs := flag.NewFlagSet(childCommand+" "+args[0], flag.ContinueOnError)
@@ -62,7 +65,7 @@ func runChild(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	duration := fs.Duration("duration", 3*time.Second, "the measured window")
 	batch := fs.Int("batch", 50, "memory: the queue's BatchSize")
 	queue := fs.String("queue", "", "enqueue: the jobs queue")
-	rate := fs.Int("rate", 300, "enqueue: enqueues per second")
+	rate := fs.Int("rate", 300, "enqueue, rows: enqueues per second")
 	noPrepared := fs.Bool("no-prepared", false, "Config.NoPreparedStatements")
 	if code := parseFlags(fs, args[1:]); code >= 0 {
 		return code
@@ -80,6 +83,8 @@ func runChild(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return exitUsage
 		}
 		rep, err = b.childEnqueue(ctx, *queue, *rate)
+	case "rows":
+		rep, err = b.childRows(ctx, *rate)
 	}
 	if err == nil {
 		err = b.scene.report(ctx, &rep)

@@ -69,11 +69,12 @@ func (s *sendClock) settled(ctx context.Context) [][2]int64 {
 	return s.sent()
 }
 
-// wakeClock wraps a Listener and records when each notification for the
-// jobs queue named queue came (others', for other queues on the same
-// channel, are counted apart).
+// wakeClock wraps a Listener and records when each notification of kind
+// ("jobs" or "rows") for the queue named queue came (others', for other
+// queues on the same channel, are counted apart).
 type wakeClock struct {
 	next   bunqueue.Listener
+	kind   string
 	queue  string
 	last   atomic.Int64 // UnixNano of the last notification for queue; 0 before it
 	count  atomic.Int64
@@ -91,7 +92,7 @@ func (w *wakeClock) Listen(ctx context.Context, channel string, listening func()
 			Kind  string `json:"kind"`
 			Queue string `json:"queue"`
 		}
-		if json.Unmarshal([]byte(payload), &m) == nil && m.Kind == "jobs" && m.Queue == w.queue {
+		if json.Unmarshal([]byte(payload), &m) == nil && m.Kind == w.kind && m.Queue == w.queue {
 			w.last.Store(now)
 			w.count.Add(1)
 			w.mu.Lock()

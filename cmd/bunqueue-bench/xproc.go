@@ -47,7 +47,7 @@ func (b *bench) latencyCrossProcess(ctx context.Context, perSecond int, listen b
 		if err != nil {
 			return result{}, err
 		}
-		clock = &wakeClock{next: l, queue: queue}
+		clock = &wakeClock{next: l, kind: "jobs", queue: queue}
 		base.Listener = clock
 	}
 	client, cleanup, err := b.jobsClientConfig(ctx, db, queue, bunqueue.JobQueueConfig{Workers: workers}, base)

@@ -40,10 +40,10 @@ func TestBenchCrossProcessLatency(t *testing.T) {
 		t.Cleanup(func() { _, _ = admin.Exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)") })
 		dsn := pgDSN(t, func(u *url.URL) { u.Path = "/" + name })
 
-		rep, rows := runRows(t, bin, "--dsn", dsn, "--duration", "1s", "--only", "latency-xproc,latency-xproc-notify")
+		rep, rows := runRows(t, bin, "--dsn", dsn, "--duration", "1s", "--only", "latency-xproc,latency-xproc-notify,latency-xproc-notify-table")
 		require.True(t, strings.HasPrefix(rep.Server, "PostgreSQL "), rep.Server)
-		require.Len(t, rows, 2, "no other row")
-		for _, name := range []string{"latency-xproc", "latency-xproc-notify"} {
+		require.Len(t, rows, 3, "no other row")
+		for _, name := range []string{"latency-xproc", "latency-xproc-notify", "latency-xproc-notify-table"} {
 			r, ok := rows[name]
 			require.True(t, ok, "no %s row", name)
 			require.False(t, r.Skipped, name)
@@ -51,28 +51,36 @@ func TestBenchCrossProcessLatency(t *testing.T) {
 			require.NotNil(t, r.P50ms, "%s: no p50", name)
 			require.NotNil(t, r.P99ms, "%s: no p99", name)
 			require.LessOrEqual(t, *r.P50ms, *r.P99ms, name)
-			require.Contains(t, r.Note, "from the return of Enqueue", name)
 			require.NotContains(t, r.Note, "NOT started", name)
 		}
+		require.Contains(t, rows["latency-xproc"].Note, "from the return of Enqueue")
+		require.Contains(t, rows["latency-xproc-notify-table"].Note, "from the commit")
+		tn := rows["latency-xproc-notify-table"].Note
+		require.Contains(t, tn, "Client.Notify")
+		require.NotContains(t, tn, " 0 notifications received", "the child's Notify calls reached the listener")
 		n := rows["latency-xproc-notify"].Note
 		require.Contains(t, n, "notifications received")
 		require.NotContains(t, n, " 0 notifications received", "the child's enqueues notified the listener")
 		require.Contains(t, n, "after the last one")
+		require.Contains(t, n, "the path, p50 / p99 ms")
 		require.Contains(t, n, "goal p50 ≤ 5ms, p99 ≤ 20ms")
 		require.Contains(t, rows["latency-xproc"].Note, "PollInterval")
 	})
 
 	t.Run("mysql", func(t *testing.T) {
-		stdout, stderr, code := runBinary(t, bin, "--dsn", dbtest.DSN(), "--only", "latency-xproc-notify")
+		stdout, stderr, code := runBinary(t, bin, "--dsn", dbtest.DSN(), "--only", "latency-xproc-notify,latency-xproc-notify-table")
 		require.Equal(t, exitOK, code, "stderr: %s", stderr)
 		require.Contains(t, tableRow(t, stdout, "latency-xproc-notify"), "skipped:")
+		require.Contains(t, tableRow(t, stdout, "latency-xproc-notify-table"), "skipped:")
 		require.Contains(t, stdout, "the server has no notifications")
 
-		_, rows := runRows(t, bin, "--dsn", dbtest.DSN(), "--only", "latency-xproc-notify")
-		r := rows["latency-xproc-notify"]
-		require.True(t, r.Skipped, "the row says it was skipped")
-		require.Contains(t, r.Note, "no notifications")
-		require.Nil(t, r.P50ms)
-		require.Zero(t, r.ItemsPerSec)
+		_, rows := runRows(t, bin, "--dsn", dbtest.DSN(), "--only", "latency-xproc-notify,latency-xproc-notify-table")
+		require.Len(t, rows, 2, "the two notify rows, no other")
+		for name, r := range rows {
+			require.True(t, r.Skipped, "%s: the row says it was skipped", name)
+			require.Contains(t, r.Note, "no notifications", name)
+			require.Nil(t, r.P50ms, name)
+			require.Zero(t, r.ItemsPerSec, name)
+		}
 	})
 }
