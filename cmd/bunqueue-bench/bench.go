@@ -95,7 +95,10 @@ type result struct {
 	Handled       *int64   `json:"handled,omitempty"`
 	Reruns        *int64   `json:"handler_reruns,omitempty"`
 	RerunShare    *float64 `json:"rerun_share,omitempty"`
-	Note          string   `json:"note,omitempty"`
+	// Skipped: the scenario cannot run against this server (the note
+	// says why), and the row has no figures.
+	Skipped bool   `json:"skipped,omitempty"`
+	Note    string `json:"note,omitempty"`
 }
 
 // report is what --json prints.
@@ -322,6 +325,15 @@ func (b *bench) run(ctx context.Context, selected []scenario) (*report, error) {
 			return nil, fmt.Errorf("interrupted: %w", err)
 		}
 		fmt.Fprintf(b.progress, "  %-18s %s … ", s.name, s.desc)
+		if s.skip != nil {
+			if why := s.skip(b); why != "" {
+				fmt.Fprintf(b.progress, "skipped: %s\n", why)
+				r := result{Scenario: s.name, Concurrency: s.concurrency, Skipped: true, Note: "skipped: " + why}
+				b.results[s.name] = r
+				rep.Results = append(rep.Results, r)
+				continue
+			}
+		}
 		began := time.Now()
 		var ceiling float64
 		if !s.ceiling && !s.noRatio {
@@ -500,6 +512,10 @@ func printTable(w io.Writer, rep *report) {
 	fmt.Fprintln(tw, "scenario\tconns\titems/s\tceiling/s\t× ceiling\tp50 ms\tp95 ms\tp99 ms\tRSS MiB\tµs cpu client+server\t"+
 		"tx retries\tfailed batches\tre-runs\tre-run %\t  note")
 	for _, r := range rep.Results {
+		if r.Skipped {
+			fmt.Fprintf(tw, "%s\t%d%s\t  %s\n", r.Scenario, r.Concurrency, strings.Repeat("\t-", 12), r.Note)
+			continue
+		}
 		cpu := optFloat(r.ClientCPU, "%.0f")
 		if r.ClientCPU != nil {
 			cpu += "+" + optFloat(r.ServerCPU, "%.0f")

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -35,6 +34,15 @@ type childReport struct {
 	WindowS      float64  `json:"window_s,omitempty"`
 	EnqueueP50ms *float64 `json:"enqueue_p50_ms,omitempty"`
 	EnqueueP99ms *float64 `json:"enqueue_p99_ms,omitempty"`
+	// Returned is, for each job enqueued in the window, when its Enqueue
+	// returned (Unix nanoseconds), by job id: its commit was behind it.
+	Returned map[int64]int64 `json:"returned_unix_ns,omitempty"`
+	// Notifies are the start and end (Unix nanoseconds) of each statement
+	// that sent notifications, over the whole run.
+	Notifies [][2]int64 `json:"notifies_unix_ns,omitempty"`
+	// Called is, for each row inserted in the window (rows), when its
+	// transaction began (Unix nanoseconds), by id.
+	Called map[int64]int64 `json:"called_unix_ns,omitempty"`
 
 	// both: what the child's client counted (see result)
 	TxRetries     int64 `json:"tx_retries,omitempty"`
@@ -43,12 +51,12 @@ type childReport struct {
 	Reruns        int64 `json:"handler_reruns,omitempty"`
 }
 
-// runChild runs "bunqueue-bench bench-child memory|enqueue [flags]" (internal:
+// runChild runs "bunqueue-bench bench-child memory|enqueue|rows [flags]" (internal:
 // started by the bench). The DSN comes from BUNQUEUE_MYSQL_DSN, so that it
 // does not show in the process list.
 func runChild(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || (args[0] != "memory" && args[0] != "enqueue") {
-		fmt.Fprintln(stderr, "Usage: bunqueue-bench "+childCommand+" memory|enqueue [flags] (internal: started by bunqueue-bench)")
+	if len(args) == 0 || (args[0] != "memory" && args[0] != "enqueue" && args[0] != "rows") {
+		fmt.Fprintln(stderr, "Usage: bunqueue-bench "+childCommand+" memory|enqueue|rows [flags] (internal: started by bunqueue-bench)")
 		return exitUsage
 	}
 	fs := flag.NewFlagSet(childCommand+" "+args[0], flag.ContinueOnError)
@@ -57,7 +65,7 @@ func runChild(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	duration := fs.Duration("duration", 3*time.Second, "the measured window")
 	batch := fs.Int("batch", 50, "memory: the queue's BatchSize")
 	queue := fs.String("queue", "", "enqueue: the jobs queue")
-	rate := fs.Int("rate", 300, "enqueue: enqueues per second")
+	rate := fs.Int("rate", 300, "enqueue, rows: enqueues per second")
 	noPrepared := fs.Bool("no-prepared", false, "Config.NoPreparedStatements")
 	if code := parseFlags(fs, args[1:]); code >= 0 {
 		return code
@@ -75,6 +83,8 @@ func runChild(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return exitUsage
 		}
 		rep, err = b.childEnqueue(ctx, *queue, *rate)
+	case "rows":
+		rep, err = b.childRows(ctx, *rate)
 	}
 	if err == nil {
 		err = b.scene.report(ctx, &rep)
@@ -127,6 +137,8 @@ func (b *bench) childEnqueue(ctx context.Context, queue string, perSecond int) (
 		return childReport{}, err
 	}
 	defer db.Close()
+	sends := &sendClock{}
+	db.AddQueryHook(sends)
 	client, err := bunqueue.NewClient(db, b.config(bunqueue.Config{
 		JobQueues: map[string]bunqueue.JobQueueConfig{queue: {}},
 	}))
@@ -134,8 +146,12 @@ func (b *bench) childEnqueue(ctx context.Context, queue string, perSecond int) (
 		return childReport{}, err
 	}
 	opts := &bunqueue.EnqueueOpts{Queue: queue}
+	returned := map[int64]int64{}
 	p, err := b.produce(ctx, perSecond, func(ctx context.Context, job latencyJob) error {
-		_, err := client.Enqueue(ctx, db, job, opts)
+		res, err := client.Enqueue(ctx, db, job, opts)
+		if err == nil && job.Measured {
+			returned[res.ID] = time.Now().UnixNano()
+		}
 		return err
 	})
 	if err != nil {
@@ -147,6 +163,8 @@ func (b *bench) childEnqueue(ctx context.Context, queue string, perSecond int) (
 		WindowS:      p.window.Seconds(),
 		EnqueueP50ms: percentile(p.enqueueTimes, 0.5),
 		EnqueueP99ms: percentile(p.enqueueTimes, 0.99),
+		Returned:     returned,
+		Notifies:     sends.settled(ctx),
 	}, nil
 }
 
@@ -232,71 +250,4 @@ func (b *bench) memory(ctx context.Context, rows int) (result, error) {
 		note += fmt.Sprintf("; peak RSS ×%.2f of memory-1k (goal within 20%%)", float64(rep.PeakRSSKiB)/float64(base.RSSKiB))
 	}
 	return result{ItemsPerSec: float64(rep.Processed) / rep.Seconds, RSSKiB: rep.PeakRSSKiB, Note: note}, nil
-}
-
-// latencyCrossProcess is the latency scenario with the enqueues made by a
-// child process: no wake-up hook can reach this process's workers, which
-// find the jobs by polling (PollInterval left at its default).
-func (b *bench) latencyCrossProcess(ctx context.Context, perSecond int) (result, error) {
-	db, err := b.open(ctx, poolSize)
-	if err != nil {
-		return result{}, err
-	}
-	defer db.Close()
-	const queue = "bench_latency_xproc"
-	client, cleanup, err := b.jobsClient(ctx, db, queue, bunqueue.JobQueueConfig{Workers: workers})
-	if err != nil {
-		return result{}, err
-	}
-	defer cleanup()
-	rec := startRecorder{runs: b.newTally()}
-	if err := bunqueue.AddWorker(client, rec.worker()); err != nil {
-		return result{}, err
-	}
-	if err := client.Start(ctx); err != nil {
-		return result{}, err
-	}
-	stopClient := func() error {
-		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		return client.Stop(stopCtx)
-	}
-	poll := bunqueue.PollIntervalDefault
-	rep, err := func() (childReport, error) {
-		p, err := b.startChild(ctx, "enqueue", "--queue", queue, "--rate", fmt.Sprint(perSecond),
-			"--warmup", b.warmup.String(), "--duration", b.duration.String())
-		if err != nil {
-			return childReport{}, err
-		}
-		return p.wait()
-	}()
-	if err == nil {
-		b.scene.addChild(rep)
-		// Give the last jobs a poll interval and 2 s to start.
-		rec.waitStarted(rep.Enqueued, poll+2*time.Second)
-	}
-	rss := readRSS()
-	if serr := stopClient(); err == nil && serr != nil {
-		err = fmt.Errorf("stop the client: %w", serr)
-	}
-	if err != nil {
-		return result{}, err
-	}
-	if rep.InWindow < 2 || rep.EnqueueP50ms == nil {
-		return result{}, errors.New("the child enqueued fewer than 2 jobs during the measured window")
-	}
-	lat := rec.measured()
-	note := fmt.Sprintf("a child process enqueued %d in the window (%.0f/s, the Enqueue call took p50 %.2f ms, p99 %.2f ms), %d started here",
-		rep.InWindow, float64(rep.InWindow)/rep.WindowS, *rep.EnqueueP50ms, *rep.EnqueueP99ms, len(lat))
-	r, err := latencyResult(lat, rep.InWindow, time.Duration(rep.WindowS*float64(time.Second)), rss, note)
-	if err != nil {
-		return result{}, err
-	}
-	goal := poll + 20*time.Millisecond
-	verdict := "met"
-	if r.P99ms == nil || *r.P99ms > float64(goal)/float64(time.Millisecond) {
-		verdict = "NOT met"
-	}
-	r.Note += fmt.Sprintf("; PollInterval %s (the default): goal p99 ≤ PollInterval + 20 ms = %s: %s", poll, goal, verdict)
-	return r, nil
 }

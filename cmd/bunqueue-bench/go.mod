@@ -4,11 +4,13 @@ go 1.25.0
 
 replace (
 	github.com/bunqueue/bunqueue => ../../
+	github.com/bunqueue/bunqueue/pgxlisten => ../../pgxlisten
 	github.com/bunqueue/bunqueue/tests => ../../tests
 )
 
 require (
 	github.com/bunqueue/bunqueue v0.0.0-00010101000000-000000000000
+	github.com/bunqueue/bunqueue/pgxlisten v0.0.0-00010101000000-000000000000
 	github.com/bunqueue/bunqueue/tests v0.0.0-00010101000000-000000000000
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.12.0

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,7 +47,11 @@ type scenario struct {
 	noRatio     bool     // its rate is set by a producer: no ratio to the ceiling
 	ratioTo     int      // the ceiling its ratio is to, if not its concurrency's
 	needs       []string // scenarios it compares itself with: run them too
-	run         func(ctx context.Context, b *bench) (result, error)
+	// skip, if set, returns why the scenario cannot run against the
+	// bench's server, or "" if it can: a skipped scenario has a row that
+	// says why, and no figures.
+	skip func(b *bench) string
+	run  func(ctx context.Context, b *bench) (result, error)
 }
 
 // ratioConcurrency is the concurrency of the ceiling its ratio is to.
@@ -141,7 +146,13 @@ func scenarios() []scenario {
 		{name: "latency", desc: "jobs, enqueue→start, 300 enqueues/s, wake-up hook", concurrency: workers, noRatio: true,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.latency(ctx, 300) }},
 		{name: "latency-xproc", desc: "jobs, enqueue→start, 300 enqueues/s from another process", concurrency: workers, noRatio: true,
-			run: func(ctx context.Context, b *bench) (result, error) { return b.latencyCrossProcess(ctx, 300) }},
+			run: func(ctx context.Context, b *bench) (result, error) { return b.latencyCrossProcess(ctx, 300, false) }},
+		{name: "latency-xproc-notify", desc: "latency-xproc with a pgxlisten.Listener: woken by LISTEN/NOTIFY", concurrency: workers, noRatio: true,
+			skip: noNotifications,
+			run:  func(ctx context.Context, b *bench) (result, error) { return b.latencyCrossProcess(ctx, 300, true) }},
+		{name: "latency-xproc-notify-table", desc: "latency-xproc-notify for an any-table queue: rows inserted with Client.Notify", concurrency: workers, noRatio: true,
+			skip: noNotifications,
+			run:  func(ctx context.Context, b *bench) (result, error) { return b.latencyTableNotify(ctx, 300) }},
 		{name: "jobs-lock-b1", desc: "jobs table, lock mode, BatchSize 1", concurrency: workers,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.jobsQueue(ctx, bunqueue.ModeLock, 1, 3) }},
 		{name: "jobs-lock-b50", desc: "jobs table, lock mode, BatchSize 50", concurrency: workers,
@@ -862,6 +873,12 @@ const (
 // jobsClient returns a client of db that runs the jobs queue named queue
 // with cfg, and a cleanup that deletes the queue's jobs.
 func (b *bench) jobsClient(ctx context.Context, db *bun.DB, queue string, cfg bunqueue.JobQueueConfig) (*bunqueue.Client, func(), error) {
+	return b.jobsClientConfig(ctx, db, queue, cfg, bunqueue.Config{})
+}
+
+// jobsClientConfig is jobsClient with base as the client's Config (its
+// JobQueues set to queue alone).
+func (b *bench) jobsClientConfig(ctx context.Context, db *bun.DB, queue string, cfg bunqueue.JobQueueConfig, base bunqueue.Config) (*bunqueue.Client, func(), error) {
 	if err := bunqueue.Migrate(ctx, db); err != nil {
 		return nil, nil, fmt.Errorf("create the jobs tables: %w", err)
 	}
@@ -881,9 +898,8 @@ func (b *bench) jobsClient(ctx context.Context, db *bun.DB, queue string, cfg bu
 		}
 	}
 	cleanup() // a run that was killed may have left some
-	client, err := bunqueue.NewClient(db, b.config(bunqueue.Config{
-		JobQueues: map[string]bunqueue.JobQueueConfig{queue: cfg},
-	}))
+	base.JobQueues = map[string]bunqueue.JobQueueConfig{queue: cfg}
+	client, err := bunqueue.NewClient(db, b.config(base))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -981,11 +997,22 @@ type startRecorder struct {
 	latencies []time.Duration // of the measured jobs
 	started   atomic.Int64
 	runs      *tally
+
+	// sinceWake, if set, tells how long ago the last wake-up came: for
+	// each measured job it is recorded beside the latency.
+	sinceWake func(now time.Time) (time.Duration, bool)
+	woken     []time.Duration
+
+	times map[int64]jobTimes // of the measured jobs, by id
 }
+
+// jobTimes is when a job was enqueued (the call of Enqueue) and started.
+type jobTimes struct{ enqueued, started time.Time }
 
 func (r *startRecorder) worker() bunqueue.WorkerFunc[latencyJob] {
 	return func(_ context.Context, _ bun.IDB, job *bunqueue.Job[latencyJob]) error {
-		d := time.Now().UTC().Sub(job.Args.EnqueuedAt)
+		now := time.Now()
+		d := now.UTC().Sub(job.Args.EnqueuedAt)
 		if !r.runs.ran(job.ID) {
 			return nil // a re-run: it started before
 		}
@@ -993,6 +1020,15 @@ func (r *startRecorder) worker() bunqueue.WorkerFunc[latencyJob] {
 		if job.Args.Measured {
 			r.mu.Lock()
 			r.latencies = append(r.latencies, d)
+			if r.times == nil {
+				r.times = map[int64]jobTimes{}
+			}
+			r.times[job.ID] = jobTimes{enqueued: job.Args.EnqueuedAt, started: now}
+			if r.sinceWake != nil {
+				if w, ok := r.sinceWake(now); ok {
+					r.woken = append(r.woken, w)
+				}
+			}
 			r.mu.Unlock()
 		}
 		return nil
@@ -1011,6 +1047,36 @@ func (r *startRecorder) measured() []time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.latencies)
+}
+
+// jobTimes returns when each measured job was enqueued and started, by
+// id.
+func (r *startRecorder) jobTimes() map[int64]jobTimes {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.times)
+}
+
+// sinceReturn returns, for the measured jobs that returned names (job
+// id → Unix nanoseconds), how long after that each started.
+func (r *startRecorder) sinceReturn(returned map[int64]int64) []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ds []time.Duration
+	for id, at := range returned {
+		if t, ok := r.times[id]; ok {
+			ds = append(ds, t.started.Sub(time.Unix(0, at)))
+		}
+	}
+	return ds
+}
+
+// measuredSinceWake returns, for the measured jobs, how long after the
+// last wake-up each started (none without sinceWake).
+func (r *startRecorder) measuredSinceWake() []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.woken)
 }
 
 // production is what a producer did.
