@@ -197,6 +197,12 @@ func (c *Client) check(ctx context.Context, runners []*runner) error {
 		if err := r.keys.check(ctx, c); err != nil {
 			return err
 		}
+		if err := r.rate.ensure(ctx, c); err != nil {
+			return err
+		}
+		if err := r.keyRate.check(ctx, c); err != nil {
+			return err
+		}
 	}
 	if err := c.checkJobsTables(ctx); err != nil {
 		return err
@@ -434,7 +440,7 @@ func (c *Client) work(ctx context.Context, r *runner, f *feed) {
 		case res.err == nil:
 			w.failures = 0
 		case errors.Is(res.err, errLimited):
-			if !w.awaitSlot() {
+			if !w.awaitLimit(res.err) {
 				return
 			}
 		case ctx.Err() != nil:
@@ -494,7 +500,9 @@ func (w *worker) process(ctx context.Context, keys []feedKey) batchResult {
 	if !errors.Is(res.err, errLimited) {
 		w.s.failed(res.err) // a batch that found no slot keeps its session
 	}
-	w.f.finish(keys, res)
+	tried, untried := splitUntried(keys, res)
+	w.f.putBack(untried)
+	w.f.finish(tried, res)
 	if w.r.selfSized && res.err == nil {
 		w.size = resize(w.size, len(keys), time.Since(began), w.r.batch)
 	}
