@@ -30,19 +30,21 @@ func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []f
 	limit, keys, _ = tk.fit(limit, keys)
 	b := &claimTx[T]{q: q, s: s, limit: limit, keys: keys, prep: s != nil && q.prepares, tk: tk}
 	defer b.end()
-	// Under a GlobalLimit the batch's span starts once the transaction
-	// holds a slot, so that a worker waiting for one leaves no trace per
-	// look; else before BEGIN, so that the whole transaction is in it.
-	if q.slots == nil {
+	// Under a GlobalLimit (or a RateLimit kept in the transaction) the
+	// batch's span starts once the transaction holds a slot, so that a
+	// worker waiting for one leaves no trace per look; else before BEGIN,
+	// so that the whole transaction is in it.
+	if q.slots == nil && !q.rate.inClaim() {
 		ctx, b.span = q.client.tel.startBatch(ctx, q.name)
 	}
-	if !b.begin(ctx) || !b.takeSlot(ctx) {
+	if !b.begin(ctx) || !b.takeSlot(ctx) || !b.takeTokensInTx(ctx) {
 		return b.res
 	}
 	if b.span == nil {
 		ctx, b.span = q.client.tel.startBatch(ctx, q.name)
 	}
-	if !b.claim(ctx) || !b.takeKeySlots(ctx) || !b.takeRateTokens(ctx) || !b.run(ctx) || !b.recheck(ctx) || !b.undo(ctx) {
+	if !b.claim(ctx) || !b.takeKeySlots(ctx) || !b.takeRateTokens(ctx) || !b.holdTokens(ctx) ||
+		!b.run(ctx) || !b.recheck(ctx) || !b.undo(ctx) {
 		return b.res
 	}
 	b.settle()

@@ -504,7 +504,7 @@ func (w *worker) process(ctx context.Context, keys []feedKey) batchResult {
 	w.f.putBack(untried)
 	w.f.finish(tried, res)
 	if w.r.selfSized && res.err == nil {
-		w.size = resize(w.size, len(keys), time.Since(began), w.r.batch)
+		w.size = resize(w.size, len(keys), time.Since(began)-res.tokenTime, w.r.batch)
 	}
 	for _, err := range res.itemErrs {
 		logItemError(ctx, w.log, err) // faillog.go: a job's line says what became of it

@@ -336,8 +336,8 @@ type QueueConfig[T any] struct {
 	// handler succeeds or fails. It is kept as N rows of the
 	// bunqueue_slots table (Migrate creates it), each held for Per from
 	// the start it served, taken with SKIP LOCKED in a short transaction
-	// of their own before the claim, which claims no more rows than it
-	// got; a worker that finds none free waits until the first one is
+	// of their own before the claim (on SQLite, in the claim's), which
+	// claims no more rows than it got; a worker that finds none free waits until the first one is
 	// free again (at most the poll interval). Processes that run the
 	// queue should agree on it: each one honours its own. Zero (the
 	// default) means no limit, and no statement on the slots table.

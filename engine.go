@@ -115,4 +115,7 @@ type batchResult struct {
 	// untried are the ids of rows the batch was given but did not try to
 	// claim: its RateLimit had no slots for them. They are not held.
 	untried []string
+	// tokenTime is how long taking those slots took, before the claim
+	// transaction began: not part of the batch's time for its resize.
+	tokenTime time.Duration
 }

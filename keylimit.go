@@ -303,11 +303,16 @@ func (l *leaseRunner) takeKeySlots(ctx context.Context, tx bun.Tx, rows []jobRow
 	if err != nil {
 		return nil, nil, err
 	}
+	return keepRows(rows, run), held, nil
+}
+
+// keepRows returns the rows of rows that may run, in place.
+func keepRows(rows []jobRow, run []bool) []jobRow {
 	kept := rows[:0]
 	for i := range rows {
 		if run[i] {
 			kept = append(kept, rows[i])
 		}
 	}
-	return kept, held, nil
+	return kept
 }

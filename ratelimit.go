@@ -97,7 +97,15 @@ type rateLimit struct {
 	rate  Rate
 	sql   slotsql.SQL
 	db    *bun.DB
+	// claimTx: lock-mode slots are taken in the claim transaction, not in
+	// one of their own (SQLite, whose one writer it is: see
+	// claimTx.takeTokensInTx).
+	claimTx bool
 }
+
+// inClaim reports whether lock-mode batches take the slots in their
+// claim transaction.
+func (r *rateLimit) inClaim() bool { return r != nil && r.claimTx }
 
 // newRate returns queue's rate limit of r, or nil if r is zero: a queue
 // without one runs no statement on the slots table for it.
@@ -105,7 +113,8 @@ func (c *Client) newRate(queue string, r Rate) *rateLimit {
 	if !r.on() {
 		return nil
 	}
-	return &rateLimit{limit: slotsql.Limit{Queue: queue, Kind: slotsql.Rate}, rate: r, sql: slotsql.New(c.dialect), db: c.db}
+	return &rateLimit{limit: slotsql.Limit{Queue: queue, Kind: slotsql.Rate}, rate: r, sql: slotsql.New(c.dialect), db: c.db,
+		claimTx: c.dialect.SkipLocked() == ""}
 }
 
 // newKeyRate returns the KeyRate of q over its model's table, or nil if
@@ -159,19 +168,21 @@ func (r *rateLimit) hold(ctx context.Context, tx bun.IDB, slots []int, holder st
 
 // tokens are the slots of a queue's RateLimit that one lock-mode batch
 // took, in a transaction of their own: each item it starts uses one, and
-// it gives the others back when it ends.
+// it gives the others back when it ends. On SQLite they are taken in the
+// claim transaction, and only those used are held (holdTokens).
 type tokens struct {
 	r      *rateLimit
 	holder string
 	slots  []int
 	used   int
+	inTx   bool
 }
 
 // takeTokens takes up to most slots of the queue's rate limit in a
 // transaction of their own, or fails with a *rateWait if none is free.
 // With no rate limit it returns nil.
 func (r *rateLimit) takeTokens(ctx context.Context, most int) (*tokens, error) {
-	if r == nil {
+	if r == nil || r.claimTx {
 		return nil, nil
 	}
 	tk := &tokens{r: r, holder: newToken()}
@@ -336,6 +347,41 @@ func (b *claimTx[T]) takeRateTokens(ctx context.Context) bool {
 	return b.keep(run)
 }
 
+// takeTokensInTx takes, on SQLite, the RateLimit's slots in the claim
+// transaction, which holds the database's one write lock: a transaction
+// of their own before it would wait for that lock after taking them, and
+// the items would start long after their slots. Every row then runs in a
+// savepoint, so that a failed handler keeps them. The path ends with a
+// *rateWait if none is free.
+func (b *claimTx[T]) takeTokensInTx(ctx context.Context) bool {
+	r := b.q.rate
+	if !r.inClaim() {
+		return true
+	}
+	slots, err := r.take(ctx, b.tx, want(b.limit, b.keys))
+	if err != nil {
+		b.res.err = err
+		return false
+	}
+	b.tk = &tokens{r: r, holder: newToken(), slots: slots, inTx: true}
+	b.limit, b.keys, b.res.untried = b.tk.fit(b.limit, b.keys)
+	b.keepTokens = true
+	return true
+}
+
+// holdTokens holds, on SQLite, one of the slots taken in the claim
+// transaction per row that is to run.
+func (b *claimTx[T]) holdTokens(ctx context.Context) bool {
+	if b.tk == nil || !b.tk.inTx {
+		return true
+	}
+	if err := b.tk.r.hold(ctx, b.tx, b.tk.slots[:len(b.items)], b.tk.holder); err != nil {
+		b.res.err = err
+		return false
+	}
+	return true
+}
+
 // awaitLimit waits, after a batch that found no free slot of a limit,
 // before the worker looks again: until the first slot of a RateLimit is
 // free again, or about slotWait for a GlobalLimit; never longer than the
@@ -360,13 +406,7 @@ func (l *leaseRunner) takeRateTokens(ctx context.Context, tx bun.Tx, rows []jobR
 	if err != nil {
 		return nil, err
 	}
-	kept := rows[:0]
-	for i := range rows {
-		if run[i] {
-			kept = append(kept, rows[i])
-		}
-	}
-	return kept, nil
+	return keepRows(rows, run), nil
 }
 
 // splitUntried splits the rows of a batch into those it tried to claim

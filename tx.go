@@ -27,7 +27,9 @@ const txAttempts = 8
 // them in one transaction on s (nil: on the pool), retrying the whole transaction with jitter on
 // deadlocks and lock wait timeouts.
 func (q *Queue[T]) runBatch(ctx context.Context, s *session, limit int, keys []feedKey) batchResult {
+	took := time.Now()
 	tk, err := q.rate.takeTokens(ctx, want(limit, keys))
+	tokenTime := time.Since(took)
 	if err != nil {
 		return batchResult{err: err}
 	}
@@ -38,7 +40,7 @@ func (q *Queue[T]) runBatch(ctx context.Context, s *session, limit int, keys []f
 		res = q.containBatch(ctx, s, limit, keys, tk)
 		return res.err
 	}, metric.WithAttributes(semconv.MessagingDestinationName(q.name)))
-	res.untried = untried
+	res.untried, res.tokenTime = append(res.untried, untried...), tokenTime
 	switch {
 	case len(keys) > 1 && res.claimed == 0 && q.client.dialect.ClientSide(errors.Unwrap(res.err)):
 		// A row of the batch cannot be loaded into the model: claim the
