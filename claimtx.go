@@ -24,23 +24,27 @@ const (
 // tryBatch runs one claim transaction of q, once (runBatch retries it):
 // it claims the rows of keys (with keys nil: up to limit rows at the head
 // of the queue), runs their handlers, re-checks that the rows they
-// processed left the queue, settles each row's outcome and commits.
-func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []feedKey) batchResult {
-	b := &claimTx[T]{q: q, s: s, limit: limit, keys: keys, prep: s != nil && q.prepares}
+// processed left the queue, settles each row's outcome and commits. With
+// a RateLimit it claims no more rows than tk has left.
+func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []feedKey, tk *tokens) batchResult {
+	limit, keys, _ = tk.fit(limit, keys)
+	b := &claimTx[T]{q: q, s: s, limit: limit, keys: keys, prep: s != nil && q.prepares, tk: tk}
 	defer b.end()
-	// Under a GlobalLimit the batch's span starts once the transaction
-	// holds a slot, so that a worker waiting for one leaves no trace per
-	// look; else before BEGIN, so that the whole transaction is in it.
-	if q.slots == nil {
+	// Under a GlobalLimit (or a RateLimit kept in the transaction) the
+	// batch's span starts once the transaction holds a slot, so that a
+	// worker waiting for one leaves no trace per look; else before BEGIN,
+	// so that the whole transaction is in it.
+	if q.slots == nil && !q.rate.inClaim() {
 		ctx, b.span = q.client.tel.startBatch(ctx, q.name)
 	}
-	if !b.begin(ctx) || !b.takeSlot(ctx) {
+	if !b.begin(ctx) || !b.takeSlot(ctx) || !b.takeTokensInTx(ctx) {
 		return b.res
 	}
 	if b.span == nil {
 		ctx, b.span = q.client.tel.startBatch(ctx, q.name)
 	}
-	if !b.claim(ctx) || !b.takeKeySlots(ctx) || !b.run(ctx) || !b.recheck(ctx) || !b.undo(ctx) {
+	if !b.claim(ctx) || !b.takeKeySlots(ctx) || !b.takeRateTokens(ctx) || !b.holdTokens(ctx) ||
+		!b.run(ctx) || !b.recheck(ctx) || !b.undo(ctx) {
 		return b.res
 	}
 	b.settle()
@@ -77,6 +81,10 @@ type claimTx[T any] struct {
 	firstBad       int      // after the re-check: the first row undone, or -1
 
 	keySlots []string // the keys whose KeyLimit slots the transaction holds
+	tk       *tokens  // the RateLimit's slots taken for the batch, nil without one
+	// keepTokens: the KeyRate's slots were taken in the transaction
+	// (SQLite): each row runs in a savepoint, so that a failure keeps them.
+	keepTokens bool
 
 	succeeded []string // the ids of the rows whose handlers succeeded
 	completed []*T     // those rows, for q.complete
@@ -193,7 +201,8 @@ func (b *claimTx[T]) claim(ctx context.Context) bool {
 // while the others' writes (or the row's lock, for OnError) are kept.
 // A lone row without OnError needs none: a failure rolls back it all.
 func (b *claimTx[T]) run(ctx context.Context) bool {
-	b.withSavepoints = len(b.items) > 1 || b.q.cfg.OnError != nil
+	b.withSavepoints = len(b.items) > 1 || b.q.cfg.OnError != nil || b.keepTokens
+	b.tk.use(len(b.items)) // they all start, unless the batch ends first
 	b.outcomes = make([]outcome, len(b.items))
 	b.causes = make([]error, len(b.items))
 	b.rekeyed = make([]string, len(b.items))

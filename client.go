@@ -198,6 +198,12 @@ func (c *Client) check(ctx context.Context, runners []*runner) error {
 		if err := r.keys.check(ctx, c); err != nil {
 			return err
 		}
+		if err := r.rate.ensure(ctx, c); err != nil {
+			return err
+		}
+		if err := r.keyRate.check(ctx, c); err != nil {
+			return err
+		}
 	}
 	if err := c.checkJobsTables(ctx); err != nil {
 		return err
@@ -438,7 +444,7 @@ func (c *Client) work(ctx context.Context, r *runner, f *feed) {
 		case res.err == nil:
 			w.failures = 0
 		case errors.Is(res.err, errLimited):
-			if !w.awaitSlot() {
+			if !w.awaitLimit(res.err) {
 				return
 			}
 		case ctx.Err() != nil:
@@ -498,9 +504,11 @@ func (w *worker) process(ctx context.Context, keys []feedKey) batchResult {
 	if !errors.Is(res.err, errLimited) {
 		w.s.failed(res.err) // a batch that found no slot keeps its session
 	}
-	w.f.finish(keys, res)
+	tried, untried := splitUntried(keys, res)
+	w.f.putBack(untried)
+	w.f.finish(tried, res)
 	if w.r.selfSized && res.err == nil {
-		w.size = resize(w.size, len(keys), time.Since(began), w.r.batch)
+		w.size = resize(w.size, len(keys), time.Since(began)-res.tokenTime, w.r.batch)
 	}
 	for _, err := range res.itemErrs {
 		logItemError(ctx, w.log, err) // faillog.go: a job's line says what became of it

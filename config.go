@@ -117,6 +117,17 @@ type JobQueueConfig struct {
 	// batch ends.
 	KeyLimit int
 
+	// RateLimit, if not zero, is the most jobs of this queue that start
+	// in any period of its Per across every process: see
+	// QueueConfig.RateLimit. In lease mode a job's slot is taken in its
+	// lease's transaction.
+	RateLimit Rate
+
+	// KeyRate, if not zero, is the most jobs of this queue that start in
+	// any period of its Per across every process per EnqueueOpts.LimitKey
+	// (jobs without one are not limited): see QueueConfig.KeyRate.
+	KeyRate Rate
+
 	selfSized bool // BatchSize was left zero
 }
 
@@ -317,8 +328,33 @@ type QueueConfig[T any] struct {
 	// means none.
 	KeyLimit int
 	// KeyColumn names the column of the model whose value is a row's key
-	// for KeyLimit.
+	// for KeyLimit and KeyRate.
 	KeyColumn string
+
+	// RateLimit, if not zero, is the most handlers of this queue that
+	// start in any period of length Per across every process that runs
+	// it: Rate{N: 20, Per: time.Second} starts at most 20 rows in any
+	// second, with no burst beyond. Every start counts, whether its
+	// handler succeeds or fails. It is kept as N rows of the
+	// bunqueue_slots table (Migrate creates it), each held for Per from
+	// the start it served, taken with SKIP LOCKED in a short transaction
+	// of their own before the claim (on SQLite, in the claim's), which
+	// claims no more rows than it got; a worker that finds none free waits until the first one is
+	// free again (at most the poll interval). Processes that run the
+	// queue should agree on it: each one honours its own. Zero (the
+	// default) means no limit, and no statement on the slots table.
+	// See docs/control.md.
+	RateLimit Rate
+
+	// KeyRate, with KeyColumn, is the most handlers of this queue that
+	// start in any period of length Per per value of the column KeyColumn
+	// of its rows, across every process: at most 5 emails a second per
+	// domain. Rows whose key is NULL are not limited. The claim takes the
+	// slots of the keys among its rows, after it read them, and leaves
+	// out of the batch the rows whose key has none (they wait, unrun,
+	// while it is used up, as KeyLimit's do). Zero (the default) means
+	// none.
+	KeyRate Rate
 
 	// TraceColumn names a column of the table that holds a W3C
 	// traceparent (fill it with TraceParent(ctx) when the app inserts the
@@ -409,6 +445,10 @@ func (c Config) validate() error {
 			return field("GlobalLimit", q.GlobalLimit)
 		case q.KeyLimit < 0:
 			return field("KeyLimit", q.KeyLimit)
+		case q.RateLimit.check() != nil:
+			return fmt.Errorf("bunqueue: Config.JobQueues[%q].RateLimit: %w", name, q.RateLimit.check())
+		case q.KeyRate.check() != nil:
+			return fmt.Errorf("bunqueue: Config.JobQueues[%q].KeyRate: %w", name, q.KeyRate.check())
 		case q.Mode != ModeLock && q.Mode != ModeLease:
 			return fmt.Errorf("bunqueue: Config.JobQueues[%q].Mode must be ModeLock or ModeLease, got %d", name, int(q.Mode))
 		case q.Mode == ModeLease && q.Lease < time.Second:
@@ -455,6 +495,10 @@ func (c *QueueConfig[T]) validate(queue string) error {
 		return field("GlobalLimit", c.GlobalLimit)
 	case c.KeyLimit < 0:
 		return field("KeyLimit", c.KeyLimit)
+	case c.RateLimit.check() != nil:
+		return fmt.Errorf("bunqueue: queue %q: QueueConfig.RateLimit: %w", queue, c.RateLimit.check())
+	case c.KeyRate.check() != nil:
+		return fmt.Errorf("bunqueue: queue %q: QueueConfig.KeyRate: %w", queue, c.KeyRate.check())
 	}
 	return nil
 }

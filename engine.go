@@ -68,6 +68,10 @@ type runner struct {
 	// keys its KeyLimit (keylimit.go).
 	slots *slots
 	keys  *keyLimit
+	// rate is the queue's RateLimit, nil without one; keyRate its KeyRate
+	// (ratelimit.go).
+	rate    *rateLimit
+	keyRate *keyLimit
 
 	queueEngine
 }
@@ -108,4 +112,10 @@ type batchResult struct {
 	// oneByOne are rows to claim again one per transaction: the batch
 	// handler's call timed out and took the transaction down with it.
 	oneByOne []feedKey
+	// untried are the ids of rows the batch was given but did not try to
+	// claim: its RateLimit had no slots for them. They are not held.
+	untried []string
+	// tokenTime is how long taking those slots took, before the claim
+	// transaction began: not part of the batch's time for its resize.
+	tokenTime time.Duration
 }

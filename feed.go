@@ -136,6 +136,27 @@ func (f *feed) finish(keys []feedKey, res batchResult) {
 	}
 }
 
+// putBack hands rows that a worker took but did not try to claim (its
+// queue's RateLimit had no slot for them) back to the workers, at the
+// head of ready: they are still busy, and no read needs to find them
+// again. A paused queue drops them instead (see pause).
+func (f *feed) putBack(keys []feedKey) {
+	if len(keys) == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.r.gate.isPaused() {
+		for _, k := range keys {
+			delete(f.busy, k.id)
+		}
+		return
+	}
+	f.ready = append(slices.Clone(keys), f.ready...)
+	close(f.filled)
+	f.filled = make(chan struct{})
+}
+
 // release forgets the held rows: a commit in this process may have
 // released them.
 func (f *feed) release() {

@@ -33,14 +33,12 @@ func (c *Client) jobRunners() []*runner {
 func (c *Client) jobRunner(name string, qc JobQueueConfig) *runner {
 	h := newHooks(c.cfg.Hooks, qc.Hooks)
 	if qc.Mode == ModeLease {
-		var claims *QueueConfig[jobRow] // for its claims, which leave out the full keys
-		if qc.KeyLimit > 0 {
-			claims = &QueueConfig[jobRow]{KeyColumn: jobsql.LimitKeyColumn, KeyLimit: qc.KeyLimit}
-		}
+		// For its claims, which leave out the full keys, and its rates.
+		claims := &QueueConfig[jobRow]{KeyColumn: keyColumn(qc), KeyLimit: qc.KeyLimit, RateLimit: qc.RateLimit, KeyRate: qc.KeyRate}
 		l := &leaseRunner{c: c, queue: name, cfg: qc, hooks: h, jobs: jobsQueue(c, name, leaseHandler, claims), slots: c.newSlots(name, qc.GlobalLimit)}
 		return &runner{
 			name: name, runSettings: runSettings{workers: limitedWorkers(qc.Workers, qc.GlobalLimit), batch: qc.BatchSize, selfSized: qc.selfSized, poll: qc.PollInterval},
-			wake: make(chan struct{}, 1), slots: l.slots, keys: l.jobs.keyLimit, queueEngine: l,
+			wake: make(chan struct{}, 1), slots: l.slots, keys: l.jobs.keyLimit, rate: l.jobs.rate, keyRate: l.jobs.keyRate, queueEngine: l,
 		}
 	}
 	q := jobsQueue(c, name,
@@ -49,7 +47,7 @@ func (c *Client) jobRunner(name string, qc JobQueueConfig) *runner {
 		},
 		&QueueConfig[jobRow]{
 			Workers: qc.Workers, BatchSize: batchSize(qc), PollInterval: qc.PollInterval, Timeout: qc.Timeout, GlobalLimit: qc.GlobalLimit,
-			KeyLimit: qc.KeyLimit, KeyColumn: keyColumn(qc),
+			KeyLimit: qc.KeyLimit, KeyColumn: keyColumn(qc), RateLimit: qc.RateLimit, KeyRate: qc.KeyRate,
 			OnError: func(ctx context.Context, tx bun.Tx, row *jobRow, cause error) error {
 				fate := newJobFate(row, row.Attempts+1)
 				noteJobFate(ctx, fate) // for the worker's log line
@@ -79,10 +77,10 @@ func (c *Client) jobRunner(name string, qc JobQueueConfig) *runner {
 	return r
 }
 
-// keyColumn is the jobs table's column of the keys of qc's KeyLimit, if
-// it has one.
+// keyColumn is the jobs table's column of the keys of qc's KeyLimit and
+// KeyRate, if it has one.
 func keyColumn(qc JobQueueConfig) string {
-	if qc.KeyLimit > 0 {
+	if qc.KeyLimit > 0 || qc.KeyRate.on() {
 		return jobsql.LimitKeyColumn
 	}
 	return ""

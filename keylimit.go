@@ -38,6 +38,7 @@ const fullExcept = 100
 type keyLimit struct {
 	queue  string
 	column string // the key column, as the reads name it
+	kind   slotsql.Kind
 	n      int
 	sql    slotsql.SQL
 	db     bun.IDB // where slots are created: outside the claim transaction,
@@ -57,14 +58,19 @@ type fullKey struct {
 }
 
 // newKeyLimit returns the KeyLimit of q over its model's table, or nil if
-// it has none. The column must be one of the model's.
+// it has none, and keyOf, an item's key, if the queue has a KeyLimit or a
+// KeyRate. The column must be one of the model's.
 func newKeyLimit[T any](c *Client, q *Queue[T], table *schema.Table) (*keyLimit, func(*T) (string, any, bool), error) {
 	col, n := q.cfg.KeyColumn, q.cfg.KeyLimit
-	if col == "" && n == 0 {
+	rated := q.cfg.KeyRate.on()
+	if col == "" && n == 0 && !rated {
 		return nil, nil, nil
 	}
-	if col == "" || n == 0 {
-		return nil, nil, fmt.Errorf("bunqueue: queue %q: QueueConfig.KeyLimit and KeyColumn go together: got KeyLimit %d and KeyColumn %q", q.name, n, col)
+	if col == "" {
+		return nil, nil, fmt.Errorf("bunqueue: queue %q: QueueConfig.KeyLimit and KeyRate need a KeyColumn: got KeyLimit %d, KeyRate %v", q.name, n, q.cfg.KeyRate)
+	}
+	if n == 0 && !rated {
+		return nil, nil, fmt.Errorf("bunqueue: queue %q: QueueConfig.KeyColumn %q needs a KeyLimit or a KeyRate", q.name, col)
 	}
 	f, ok := table.FieldMap[col]
 	if !ok {
@@ -81,9 +87,17 @@ func newKeyLimit[T any](c *Client, q *Queue[T], table *schema.Table) (*keyLimit,
 		val := v.Interface()
 		return slotKey(fmt.Sprint(val)), val, true
 	}
-	kl := &keyLimit{queue: q.name, column: f.Name, n: n, sql: slotsql.New(c.dialect), db: c.db, rowLocks: c.dialect.SkipLocked() != "",
+	return c.newKeySlots(q.name, f.Name, slotsql.Concurrency, n), keyOf, nil
+}
+
+// newKeySlots returns the n slots per key of queue's limit of kind over
+// column, or nil if n is zero.
+func (c *Client) newKeySlots(queue, column string, kind slotsql.Kind, n int) *keyLimit {
+	if n == 0 {
+		return nil
+	}
+	return &keyLimit{queue: queue, column: column, kind: kind, n: n, sql: slotsql.New(c.dialect), db: c.db, rowLocks: c.dialect.SkipLocked() != "",
 		known: map[string]bool{}, full: map[string]fullKey{}}
-	return kl, keyOf, nil
 }
 
 // slotKey is the slots table's key of a key value: "k:" and the value, or
@@ -99,46 +113,61 @@ func slotKey(s string) string {
 
 // limit names the slots of key.
 func (k *keyLimit) limit(key string) slotsql.Limit {
-	return slotsql.Limit{Queue: k.queue, Kind: slotsql.Concurrency, Key: key}
+	return slotsql.Limit{Queue: k.queue, Kind: k.kind, Key: key}
 }
 
 // take locks a free slot of key in tx, creating the key's slots first if
 // this process has not met it yet, and returns it, or -1 if none was
 // free: the key is then marked full, with val, its column value.
 func (k *keyLimit) take(ctx context.Context, tx bun.IDB, key string, val any) (int, error) {
-	k.mu.Lock()
-	known := k.known[key]
-	k.mu.Unlock()
-	if !known {
-		// On the pool, in a statement of its own: an INSERT in the claim
-		// transaction would wait for a transaction that inserts the same
-		// slot, and hold its locks while it waits. Not on SQLite, whose
-		// one writer is the claim transaction.
-		db := k.db
-		if !k.rowLocks {
-			db = tx
-		}
-		if err := k.sql.Ensure(ctx, db, k.limit(key), k.n); err != nil {
-			return -1, fmt.Errorf("bunqueue: queue %q: creating the slots of a KeyLimit: %w", k.queue, err)
-		}
-		k.mu.Lock()
-		if len(k.known) >= 100_000 {
-			clear(k.known) // bounded: a key met again is ensured again
-		}
-		k.known[key] = true
-		k.mu.Unlock()
+	if err := k.ensure(ctx, tx, key); err != nil {
+		return -1, err
 	}
 	got, err := k.sql.Take(ctx, tx, k.limit(key), k.n, 1)
 	if err != nil {
 		return -1, fmt.Errorf("bunqueue: queue %q: taking a slot of a KeyLimit: %w", k.queue, err)
 	}
 	if len(got) == 0 {
-		k.mu.Lock()
-		k.full[key] = fullKey{val: val, until: time.Now().Add(fullFor)}
-		k.mu.Unlock()
+		k.markFull(key, val, fullFor)
 		return -1, nil
 	}
 	return got[0], nil
+}
+
+// ensure creates the slots of key if this process has not met it yet.
+func (k *keyLimit) ensure(ctx context.Context, tx bun.IDB, key string) error {
+	k.mu.Lock()
+	known := k.known[key]
+	k.mu.Unlock()
+	if known {
+		return nil
+	}
+	// On the pool, in a statement of its own: an INSERT in the claim
+	// transaction would wait for a transaction that inserts the same
+	// slot, and hold its locks while it waits. Not on SQLite, whose
+	// one writer is the claim transaction.
+	db := k.db
+	if !k.rowLocks {
+		db = tx
+	}
+	if err := k.sql.Ensure(ctx, db, k.limit(key), k.n); err != nil {
+		return fmt.Errorf("bunqueue: queue %q: creating the slots of a per-key limit: %w", k.queue, err)
+	}
+	k.mu.Lock()
+	if len(k.known) >= 100_000 {
+		clear(k.known) // bounded: a key met again is ensured again
+	}
+	k.known[key] = true
+	k.mu.Unlock()
+	return nil
+}
+
+// markFull keeps key, whose column value is val, out of this process's
+// reads for d.
+func (k *keyLimit) markFull(key string, val any, d time.Duration) {
+	k.mu.Lock()
+	k.full[key] = fullKey{val: val, until: time.Now().Add(d)}
+	k.mu.Unlock()
 }
 
 // freed notes that a transaction of this process that held a slot of
@@ -159,7 +188,7 @@ func (k *keyLimit) check(ctx context.Context, c *Client) error {
 	var n int
 	if err := c.db.NewRaw("SELECT COUNT(*) FROM "+slotsql.Slots+" WHERE 1 = 0").Scan(ctx, &n); err != nil {
 		if c.dialect.MissingTable(err) {
-			return fmt.Errorf("bunqueue: queue %q: its KeyLimit needs the %s table of schema version 6: run bunqueue.Migrate (or apply bunqueue.MigrationSQL): %w",
+			return fmt.Errorf("bunqueue: queue %q: its per-key limits need the %s table of schema version 6: run bunqueue.Migrate (or apply bunqueue.MigrationSQL): %w",
 				k.queue, slotsql.Slots, err)
 		}
 		return fmt.Errorf("bunqueue: queue %q: %w", k.queue, err)
@@ -170,6 +199,9 @@ func (k *keyLimit) check(ctx context.Context, c *Client) error {
 // except returns the column values of the keys found full, for reads to
 // leave out; none if there are more than fullExcept.
 func (k *keyLimit) except(now time.Time) []any {
+	if k == nil {
+		return nil
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var vals []any
@@ -186,17 +218,22 @@ func (k *keyLimit) except(now time.Time) []any {
 	return vals
 }
 
-// excludeFull leaves the rows of the keys found full out of sel, a read
-// or a claim of q.
+// excludeFull leaves the rows of the keys found full (no free slot of
+// the KeyLimit, no token of the KeyRate) out of sel, a read or a claim of
+// q.
 func (q *Queue[T]) excludeFull(sel *bun.SelectQuery, now time.Time) *bun.SelectQuery {
-	if q.keyLimit == nil {
+	k := q.keyLimit
+	if k == nil {
+		k = q.keyRate
+	}
+	if k == nil {
 		return sel
 	}
-	vals := q.keyLimit.except(now)
-	if len(vals) == 0 {
+	vals := append(q.keyLimit.except(now), q.keyRate.except(now)...)
+	if len(vals) == 0 || len(vals) > fullExcept {
 		return sel
 	}
-	return sel.Where("(?TableAlias.? IS NULL OR ?TableAlias.? NOT IN (?))", bun.Ident(q.keyLimit.column), bun.Ident(q.keyLimit.column), bun.List(vals))
+	return sel.Where("(?TableAlias.? IS NULL OR ?TableAlias.? NOT IN (?))", bun.Ident(k.column), bun.Ident(k.column), bun.List(vals))
 }
 
 // slotsPerKey takes, in tx, one slot per key among the n items that
@@ -237,17 +274,24 @@ func (b *claimTx[T]) takeKeySlots(ctx context.Context) bool {
 		b.res.err = err
 		return false
 	}
+	for _, h := range held {
+		b.keySlots = append(b.keySlots, h.limit.Key)
+	}
+	return b.keep(run)
+}
+
+// keep leaves out of the batch the rows that may not run: their key is
+// full, and they go back to the queue when the transaction ends. It
+// reports whether any row is left.
+func (b *claimTx[T]) keep(run []bool) bool {
 	n := 0
 	for i := range b.items {
-		if run[i] { // else its key is full: back to the queue at the end
+		if run[i] {
 			b.items[n], b.held[n], b.res.got[n] = b.items[i], b.held[i], b.res.got[i]
 			n++
 		}
 	}
 	b.items, b.held, b.res.got = b.items[:n], b.held[:n], b.res.got[:n]
-	for _, h := range held {
-		b.keySlots = append(b.keySlots, h.limit.Key)
-	}
 	return n > 0
 }
 
@@ -259,11 +303,16 @@ func (l *leaseRunner) takeKeySlots(ctx context.Context, tx bun.Tx, rows []jobRow
 	if err != nil {
 		return nil, nil, err
 	}
+	return keepRows(rows, run), held, nil
+}
+
+// keepRows returns the rows of rows that may run, in place.
+func keepRows(rows []jobRow, run []bool) []jobRow {
 	kept := rows[:0]
 	for i := range rows {
 		if run[i] {
 			kept = append(kept, rows[i])
 		}
 	}
-	return kept, held, nil
+	return kept
 }

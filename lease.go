@@ -114,7 +114,11 @@ func (l *leaseRunner) runBatch(ctx context.Context, _ *session, limit int, keys 
 // to the failed jobs, and leases the others with a fresh token. With a
 // GlobalLimit it first takes a free slot (errLimited if there is none);
 // with a KeyLimit it leases only the jobs whose key has a free slot. It
-// leases the slots with the jobs, and returns them.
+// leases the slots with the jobs, and returns them. With a RateLimit it
+// leases no more jobs than it found free slots of it (a *rateWait if
+// none), with a KeyRate only the jobs whose key has one; it holds one per
+// job leased, in the same transaction: a lease that commits has started
+// its jobs.
 //
 // The transaction does not end with ctx: a driver that sends COMMIT under
 // a context that Stop cancels (pgx does) reports an error after the server
@@ -135,6 +139,13 @@ func (l *leaseRunner) claim(ctx context.Context, limit int, keys []feedKey, res 
 		}
 		held = append(held, heldSlot{l.slots.limit, slot})
 	}
+	var rated []int // the RateLimit's slots, one per job that starts
+	if rate := l.jobs.rate; rate != nil {
+		if rated, err = rate.take(ctx, tx, want(limit, keys)); err != nil {
+			return nil, "", nil, err
+		}
+		limit, keys, res.untried = (&tokens{slots: rated}).fit(limit, keys)
+	}
 	rows, err := l.jobs.claim(ctx, tx, l.jobs.prepares, limit, keys) // from a worker: prepared statements serve it
 	if err != nil {
 		return nil, "", nil, err
@@ -151,10 +162,13 @@ func (l *leaseRunner) claim(ctx context.Context, limit int, keys []feedKey, res 
 		}
 		held = append(held, keyed...)
 	}
+	if live, err = l.takeRateTokens(ctx, tx, live); err != nil {
+		return nil, "", nil, err
+	}
 	token = newToken()
 	if len(live) == 0 {
 		held = nil // the transaction's end frees them
-	} else if err := l.lease(ctx, tx, live, token, held); err != nil {
+	} else if err := l.lease(ctx, tx, live, token, held, rated); err != nil {
 		return nil, "", nil, err
 	}
 	if err := tx.Commit(); err != nil {
@@ -186,8 +200,9 @@ func (l *leaseRunner) expire(ctx context.Context, tx bun.Tx, rows []jobRow) (liv
 }
 
 // lease leases the jobs of rows and the slots of held, all of which tx
-// locks, to token.
-func (l *leaseRunner) lease(ctx context.Context, tx bun.Tx, rows []jobRow, token string, held []heldSlot) error {
+// locks, to token, and holds one of the RateLimit's slots of rated per
+// job for its Per.
+func (l *leaseRunner) lease(ctx context.Context, tx bun.Tx, rows []jobRow, token string, held []heldSlot, rated []int) error {
 	ids := make([]int64, len(rows))
 	for i := range rows {
 		ids[i] = rows[i].ID
@@ -201,7 +216,10 @@ func (l *leaseRunner) lease(ctx context.Context, tx bun.Tx, rows []jobRow, token
 			return err
 		}
 	}
-	return nil
+	if rated == nil {
+		return nil
+	}
+	return l.jobs.rate.hold(ctx, tx, rated[:len(rows)], token)
 }
 
 // runOne runs one leased job and completes, fails or releases it, if the

@@ -69,6 +69,10 @@ type Queue[T any] struct {
 	// (keylimit.go).
 	keyLimit *keyLimit
 	keyOf    func(item *T) (key string, val any, limited bool)
+	// rate is the RateLimit, nil without one; keyRate the KeyRate, nil
+	// without one (ratelimit.go).
+	rate    *rateLimit
+	keyRate *keyLimit
 	// byPrimary: the model's key is the table's PRIMARY KEY (set by
 	// Client.Start).
 	byPrimary bool
@@ -215,7 +219,12 @@ func (q *Queue[T]) attach(c *Client) error {
 	q.wake = make(chan struct{}, 1)
 	q.slots = c.newSlots(q.name, q.cfg.GlobalLimit)
 	q.keyLimit, q.keyOf, err = newKeyLimit(c, q, table)
-	return err
+	if err != nil {
+		return err
+	}
+	q.rate = c.newRate(q.name, q.cfg.RateLimit)
+	q.keyRate = newKeyRate(c, q, table)
+	return nil
 }
 
 // checkDeclared checks what NewQueue was given, and that the queue is
@@ -301,6 +310,8 @@ func (q *Queue[T]) runner() *runner {
 		checkQuery:  checkQuery,
 		slots:       q.slots,
 		keys:        q.keyLimit,
+		rate:        q.rate,
+		keyRate:     q.keyRate,
 		queueEngine: q,
 	}
 }

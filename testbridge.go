@@ -48,6 +48,9 @@ func (c *Client) workJob(ctx context.Context, id int64) (testbridge.Result, erro
 	if err := r.slots.ensure(ctx, c); err != nil { // as Start does: a GlobalLimit's slots
 		return testbridge.Result{}, err
 	}
+	if err := r.rate.ensure(ctx, c); err != nil { // and a RateLimit's
+		return testbridge.Result{}, err
+	}
 	res := r.runBatch(ctx, nil, 1, []feedKey{{id: fmt.Sprintf("id=%d", id), vals: []any{id}}})
 	return c.workResult(ctx, &row, res)
 }

@@ -27,11 +27,20 @@ const txAttempts = 8
 // them in one transaction on s (nil: on the pool), retrying the whole transaction with jitter on
 // deadlocks and lock wait timeouts.
 func (q *Queue[T]) runBatch(ctx context.Context, s *session, limit int, keys []feedKey) batchResult {
+	took := time.Now()
+	tk, err := q.rate.takeTokens(ctx, want(limit, keys))
+	tokenTime := time.Since(took)
+	if err != nil {
+		return batchResult{err: err}
+	}
+	defer tk.giveBack(ctx, q.client.cfg.Logger)
+	limit, keys, untried := tk.fit(limit, keys)
 	var res batchResult
 	_ = q.client.retry(ctx, func() error {
-		res = q.containBatch(ctx, s, limit, keys)
+		res = q.containBatch(ctx, s, limit, keys, tk)
 		return res.err
 	}, metric.WithAttributes(semconv.MessagingDestinationName(q.name)))
+	res.untried, res.tokenTime = append(res.untried, untried...), tokenTime
 	switch {
 	case len(keys) > 1 && res.claimed == 0 && q.client.dialect.ClientSide(errors.Unwrap(res.err)):
 		// A row of the batch cannot be loaded into the model: claim the
@@ -50,9 +59,9 @@ func (q *Queue[T]) runBatch(ctx context.Context, s *session, limit int, keys []f
 // app's code outside its handlers too (the queue's query function, the
 // model's scanners and bun hooks), and a panic or a runtime.Goexit there
 // fails the batch, whose transaction rolls back, and not the worker.
-func (q *Queue[T]) containBatch(ctx context.Context, s *session, limit int, keys []feedKey) batchResult {
+func (q *Queue[T]) containBatch(ctx context.Context, s *session, limit int, keys []feedKey, tk *tokens) batchResult {
 	var res batchResult
-	if err := contain(func() error { res = q.tryBatch(ctx, s, limit, keys); return nil }); err != nil {
+	if err := contain(func() error { res = q.tryBatch(ctx, s, limit, keys, tk); return nil }); err != nil {
 		return batchResult{err: fmt.Errorf("bunqueue: queue %q: %w", q.name, err)}
 	}
 	return res

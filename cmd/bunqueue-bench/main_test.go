@@ -117,7 +117,7 @@ func TestCommand(t *testing.T) {
 		only := []string{"backlog-1m", "tracing-on", "table-defaults", "latency-xproc", "jobs-defaults",
 			"post-burst-table", "post-burst-jobs", "memory-1k", "memory-1m", "post-burst-held",
 			"write-only", "write-only-b50", "write-only-jobs", "write-only-jobs-b50", "design-bound", "design-bound-b50", "design-bound-jobs", "design-bound-prepared",
-			"table-b1-prepared-handler", "table-b1-global-16", "table-b1-keys-100", "table-sized", "table-sized-global-16", "table-sized-keys-100", "fleet-lock-3x4", "fleet-lock-3x16", "fleet-lease-3x4", "fleet-lease-3x16", "fleet-table-3x4", "fleet-table-3x16"}
+			"table-b1-prepared-handler", "table-b1-global-16", "table-b1-keys-100", "table-sized", "table-sized-global-16", "table-sized-keys-100", "rate-limit", "fleet-lock-3x4", "fleet-lock-3x16", "fleet-lease-3x4", "fleet-lease-3x16", "fleet-table-3x4", "fleet-table-3x16"}
 		if batchFnScenario != nil {
 			only = append(only, batchFnScenario.name)
 		}
@@ -141,6 +141,7 @@ func TestCommand(t *testing.T) {
 		}
 		require.Contains(t, rows["backlog-1m"].Note, "of table-b1")
 		require.Contains(t, rows["table-b1-global-16"].Note, "of table-b1")
+		require.Contains(t, rows["rate-limit"].Note, "of the limit")
 		require.Contains(t, rows["table-sized-keys-100"].Note, "of table-sized")
 		require.Contains(t, rows["tracing-on"].Note, "of table-b50")
 		require.Contains(t, rows["tracing-on"].Note, "client CPU")

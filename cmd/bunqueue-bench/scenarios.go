@@ -132,6 +132,10 @@ func scenarios() []scenario {
 			run: func(ctx context.Context, b *bench) (result, error) {
 				return b.limitedTable(ctx, &bunqueue.QueueConfig[benchItem]{Workers: workers, KeyColumn: "grp", KeyLimit: 1}, true, "table-sized")
 			}},
+		{name: "rate-limit", desc: "table-sized under a RateLimit of 100 per 100 ms: the rate achieved, as a share of the limit", concurrency: workers, noRatio: true,
+			run: func(ctx context.Context, b *bench) (result, error) {
+				return b.rateLimited(ctx, bunqueue.Rate{N: 100, Per: 100 * time.Millisecond})
+			}},
 		{name: "table-b50", desc: "any-table queue, BatchSize 50", concurrency: workers,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.tableQueue(ctx, b50, 8) }},
 		// Right after table-b50, which it compares itself with.
@@ -816,6 +820,23 @@ func (b *bench) limitedTable(ctx context.Context, cfg *bunqueue.QueueConfig[benc
 		return result{}, err
 	}
 	return result{ItemsPerSec: st.rate, RSSKiB: st.rssKiB, Note: st.note(n) + b.versus(st.rate, "of", "goal ≥ 0.90", unlimited)}, nil
+}
+
+// rateLimited runs an any-table queue of 16 workers with self-sized
+// batches under the RateLimit r, on a backlog that lasts longer than the
+// run at that rate, and reports the rate achieved and its share of r's
+// (the limit's accuracy).
+func (b *bench) rateLimited(ctx context.Context, r bunqueue.Rate) (result, error) {
+	limit := float64(r.N) / r.Per.Seconds()
+	n := max(int(2*limit*(b.warmup+b.duration+time.Second).Seconds()), 5000)
+	run := tableRun{rows: n, cfg: &bunqueue.QueueConfig[benchItem]{Workers: workers, RateLimit: r},
+		prepare: func(ctx context.Context, db *bun.DB) error { return bunqueue.Migrate(ctx, db) }}
+	st, err := b.runTable(ctx, run)
+	if err != nil {
+		return result{}, err
+	}
+	note := fmt.Sprintf("RateLimit %d per %s (%.0f/s): %.3f of the limit; %s", r.N, r.Per, limit, st.rate/limit, st.note(n))
+	return result{ItemsPerSec: st.rate, RSSKiB: st.rssKiB, Note: note}, nil
 }
 
 // preparedHandler runs table-b1 with a handler that runs its UPDATE as a

@@ -1,5 +1,5 @@
 // Package slotsql holds the statements on the slots table, which keeps
-// the global concurrency limits of queues across processes.
+// the concurrency limits and rate limits of queues across processes.
 //
 // A queue limited to n items at once has the slots 0 to n-1. A worker
 // in lock mode holds a slot by locking its row in the claim transaction:
@@ -8,6 +8,11 @@
 // A worker in lease mode holds one by writing its lease's token and end
 // in the row, and frees it when its batch ends or when the lease runs
 // out unextended.
+//
+// A queue limited to n starts per period has n slots of kind Rate: a
+// start takes a free one and holds it (held_until) until the period has
+// passed, by the database clock, in a transaction that commits whatever
+// becomes of the item.
 package slotsql
 
 import (
@@ -32,6 +37,8 @@ type Kind int
 const (
 	// Concurrency slots are held while an item runs.
 	Concurrency Kind = 0
+	// Rate slots are held for a period from each start.
+	Rate Kind = 1
 )
 
 // Limit names the slots of one limit: a queue's, of a kind, for a key
@@ -128,4 +135,21 @@ func (s SQL) Free(ctx context.Context, db bun.IDB, l Limit, slots []int, token s
 	_, err := db.NewRaw("UPDATE "+Slots+" SET holder = NULL, held_until = NULL WHERE "+where+" AND slot IN (?) AND holder = ?",
 		append(args, bun.List(slots), token)...).Exec(ctx)
 	return err
+}
+
+// NextFree returns how long until the first of the slots below n of l
+// that a hold keeps is free again, by the database clock; zero if one is
+// free already (or none exists).
+func (s SQL) NextFree(ctx context.Context, db bun.IDB, l Limit, n int) (time.Duration, error) {
+	where, args := l.where()
+	var row struct {
+		Until *time.Time `bun:"until_"`
+		Now   time.Time  `bun:"now_"`
+	}
+	err := db.NewRaw("SELECT MIN(held_until) AS until_, "+s.d.Now()+" AS now_ FROM "+Slots+" WHERE "+where+" AND slot < ?",
+		append(args, n)...).Scan(ctx, &row)
+	if err != nil || row.Until == nil {
+		return 0, err
+	}
+	return max(row.Until.Sub(row.Now), 0), nil
 }

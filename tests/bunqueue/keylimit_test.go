@@ -184,7 +184,7 @@ func (p *perKey) check(t *testing.T, n, limit, customers int, parallel bool) {
 	}
 }
 
-// KeyLimit and KeyColumn go together, and KeyColumn names a column of
+// KeyLimit (or KeyRate) and KeyColumn go together, and KeyColumn names a column of
 // the model; a negative KeyLimit is refused; each error names the field.
 func TestKeyLimitErrors(t *testing.T) {
 	t.Parallel()
@@ -194,8 +194,8 @@ func TestKeyLimitErrors(t *testing.T) {
 		want string
 	}{
 		{bunqueue.QueueConfig[keyLimitItem]{KeyLimit: -1, KeyColumn: "customer"}, "QueueConfig.KeyLimit must not be negative, got -1"},
-		{bunqueue.QueueConfig[keyLimitItem]{KeyLimit: 1}, `QueueConfig.KeyLimit and KeyColumn go together: got KeyLimit 1 and KeyColumn ""`},
-		{bunqueue.QueueConfig[keyLimitItem]{KeyColumn: "customer"}, `QueueConfig.KeyLimit and KeyColumn go together: got KeyLimit 0 and KeyColumn "customer"`},
+		{bunqueue.QueueConfig[keyLimitItem]{KeyLimit: 1}, `QueueConfig.KeyLimit and KeyRate need a KeyColumn: got KeyLimit 1, KeyRate 0/0s`},
+		{bunqueue.QueueConfig[keyLimitItem]{KeyColumn: "customer"}, `QueueConfig.KeyColumn "customer" needs a KeyLimit or a KeyRate`},
 		{bunqueue.QueueConfig[keyLimitItem]{KeyLimit: 1, KeyColumn: "nope"}, `QueueConfig.KeyColumn "nope" is not a column of model`},
 	} {
 		c, err := bunqueue.NewClient(db, nil)
