@@ -110,6 +110,7 @@ type handler struct {
 	cached []bunqueue.QueueStats // the last Stats, to spare the database when many pages refresh
 	cerr   error
 	when   time.Time
+	depths depths // the depths the stats read, for the charts
 }
 
 // New returns the dashboard of client as an http.Handler that serves its
@@ -154,6 +155,7 @@ func New(client *bunqueue.Client, opts *Options) http.Handler {
 		pages:   template.Must(template.New("").Funcs(funcs).ParseFS(templateFiles, "templates/*.html")),
 		assets:  http.StripPrefix("/assets/", http.FileServerFS(assets)),
 		origins: http.NewCrossOriginProtection(),
+		depths:  depths{},
 	}
 }
 
@@ -211,5 +213,6 @@ func (h *handler) stats(r *http.Request) ([]bunqueue.QueueStats, error) {
 	}
 	h.cached, h.cerr = h.client.Stats(r.Context())
 	h.when = time.Now()
+	h.depths.record(h.cached, h.when)
 	return h.cached, h.cerr
 }
