@@ -2,7 +2,6 @@ package browsertest
 
 import (
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -52,10 +51,6 @@ func TestChartsInBrowser(t *testing.T) {
 	require.True(t, fresh)
 	require.Equal(t, 3, count(fmt.Sprintf(`#history .queue-charts[data-queue=%q] svg`, f.good)))
 
-	if dir := os.Getenv("BUNQUEUE_SCREENSHOTS"); dir != "" {
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(dir+"/dash-charts.png", png, 0o644))
-	}
+	screenshot(t, ctx, "charts")
 	checkConsole()
 }
