@@ -6,9 +6,11 @@
 //
 // The page shows each queue of the client (its table or the jobs table,
 // depth, rows in flight, rows processed and failed in the last minute and
-// hour, workers), the latest failures in this process, and the failed
-// jobs, newest first, a page at a time, with their payload, error,
-// attempts and time. It refreshes itself every Options.RefreshInterval
+// hour, workers), charts of each queue's last hour (processed and failed
+// per minute, from Client.History, and the depth the dashboard read each
+// minute, drawn as inline SVG by the server), the latest failures in
+// this process, and the failed jobs, newest first, a page at a time,
+// with their payload, error, attempts and time. It refreshes itself every Options.RefreshInterval
 // without reloading. GET data.json returns the same data as JSON.
 //
 // GET jobs is the job browser: the jobs of one state (or all), of a
@@ -110,6 +112,7 @@ type handler struct {
 	cached []bunqueue.QueueStats // the last Stats, to spare the database when many pages refresh
 	cerr   error
 	when   time.Time
+	depths depths // the depths the stats read, for the charts
 }
 
 // New returns the dashboard of client as an http.Handler that serves its
@@ -154,6 +157,7 @@ func New(client *bunqueue.Client, opts *Options) http.Handler {
 		pages:   template.Must(template.New("").Funcs(funcs).ParseFS(templateFiles, "templates/*.html")),
 		assets:  http.StripPrefix("/assets/", http.FileServerFS(assets)),
 		origins: http.NewCrossOriginProtection(),
+		depths:  depths{},
 	}
 }
 
@@ -211,5 +215,6 @@ func (h *handler) stats(r *http.Request) ([]bunqueue.QueueStats, error) {
 	}
 	h.cached, h.cerr = h.client.Stats(r.Context())
 	h.when = time.Now()
+	h.depths.record(h.cached, h.when)
 	return h.cached, h.cerr
 }

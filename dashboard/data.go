@@ -24,6 +24,9 @@ type Data struct {
 	Queues []bunqueue.QueueStats `json:"queues"`
 	// QueuesError is why some queue's depth could not be counted.
 	QueuesError string `json:"queues_error,omitempty"`
+	// History is each queue's last hour, a minute a slot, in the order
+	// of Queues.
+	History []QueueHistory `json:"history"`
 	// RecentFailures are the latest failures in this process, newest
 	// first (Client.RecentFailures).
 	RecentFailures []bunqueue.Failure `json:"recent_failures"`
@@ -104,6 +107,7 @@ func (h *handler) data(r *http.Request) *Data {
 	if err != nil {
 		d.QueuesError = err.Error()
 	}
+	d.History = h.history(d.Queues)
 	jobs, err := h.client.FailedJobs(r.Context(), bunqueue.FailedJobsFilter{
 		Queue: d.Filter.Queue, Kind: d.Filter.Kind, BeforeID: d.Filter.BeforeID, Limit: h.opts.PageSize,
 	})

@@ -88,7 +88,8 @@ func ExampleNew() {
 	res.Body.Close()
 	fmt.Println(res.Status, res.Header.Get("Content-Type"))
 	for line := range strings.Lines(string(page)) {
-		if strings.Contains(line, "<title>") {
+		if strings.HasPrefix(line, "<title>") { // the page's, not its charts'
+
 			fmt.Println(strings.TrimSpace(line))
 		}
 	}

@@ -23,6 +23,7 @@ type view struct {
 	CSRF      string
 	Notice    string
 	Query     string // the filter as a query string, for the refresh
+	Charts    []queueCharts
 	// JSON is the href of the page's data.json link, with the filter: a
 	// template.URL, so that html/template does not escape the query
 	// string, which url.Values.Encode has escaped already, a second time.
@@ -30,15 +31,8 @@ type view struct {
 }
 
 var funcs = template.FuncMap{
-	"depth": func(n int) string {
-		switch {
-		case n < 0:
-			return "?"
-		case n >= bunqueue.QueueDepthLimit:
-			return strconv.Itoa(n) + "+"
-		}
-		return strconv.Itoa(n)
-	},
+	"depth": depthLabel,
+	"half":  func(n int) int { return n / 2 },
 	"ago": func(t, now time.Time) string {
 		d := now.Sub(t).Round(time.Second)
 		if d < 0 {
@@ -81,7 +75,7 @@ var funcs = template.FuncMap{
 // view returns the template data of r.
 func (h *handler) view(w http.ResponseWriter, r *http.Request) *view {
 	d := h.data(r)
-	v := &view{Data: d, Title: h.opts.Title, RefreshMS: h.opts.RefreshInterval.Milliseconds(), Notice: notice(r.URL.Query())}
+	v := &view{Data: d, Title: h.opts.Title, RefreshMS: h.opts.RefreshInterval.Milliseconds(), Notice: notice(r.URL.Query()), Charts: chartsOf(d.History)}
 	if h.opts.AllowActions {
 		v.CSRF = h.csrfToken(w, r)
 	}

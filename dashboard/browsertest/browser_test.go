@@ -201,3 +201,16 @@ func startBrowser(t *testing.T, browser string) (context.Context, func()) {
 		}
 	}
 }
+
+// screenshot saves the whole page of ctx's tab as
+// $BUNQUEUE_SCREENSHOTS/dash-name.png, when that variable is set.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv("BUNQUEUE_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(dir+"/dash-"+name+".png", png, 0o644))
+}

@@ -3,7 +3,6 @@ package browsertest
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -27,16 +26,7 @@ func TestJobPagesInBrowser(t *testing.T) {
 	}
 	f := setupJobs(t, &dashboard.Options{AllowActions: true, Title: "Shop queues"})
 	ctx, checkConsole := startBrowser(t, browser)
-	shot := func(name string) {
-		t.Helper()
-		dir := os.Getenv("BUNQUEUE_SCREENSHOTS")
-		if dir == "" {
-			return
-		}
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(dir+"/dash-"+name+".png", png, 0o644))
-	}
+	shot := func(name string) { t.Helper(); screenshot(t, ctx, name) }
 	text := func(sel string) string {
 		t.Helper()
 		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))

@@ -1,0 +1,172 @@
+package dashboard
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bunqueue/bunqueue"
+)
+
+// The size of a chart's drawing, in SVG user units (CSS pixels): a slot
+// of slotW units a minute, a plot plotH units high above the baseline.
+const (
+	slotW  = 4
+	plotH  = 44
+	chartW = slotW * bunqueue.HistoryMinutes
+	chartH = plotH + 4
+	baseY  = chartH - 1 // the baseline's y
+)
+
+// chart is one small server-rendered SVG chart of a series a minute a
+// slot, template "chart" draws it.
+type chart struct {
+	Title   string // what it shows, such as "Processed per minute"
+	Class   string // "processed", "failed" or "depth", for the style
+	Summary string // the chart's tooltip: the series in a sentence
+	Max     string // the top of the scale
+	Last    string // the latest value
+	From    string // the first minute, "15:04 UTC"
+	To      string // the last minute
+	Bars    []mark // a bar per minute with a count above zero
+	Line    string // the depth's path, its gaps left open
+	Dot     *mark  // the depth's latest point (X, Y), nil without one
+	Slots   []mark // a column per minute, under its tooltip
+	NoData  bool   // no value at all: nothing drawn
+	W, H    int
+	BaseY   int // the baseline's y, zero
+	TopY    int // the y of Max
+}
+
+// mark is a rectangle of a chart, with its tooltip.
+type mark struct {
+	X, Y, W, H int
+	Title      string
+}
+
+// queueCharts are one queue's charts.
+type queueCharts struct {
+	Queue  string
+	Charts []chart
+}
+
+// chartsOf returns the charts of each queue's history.
+func chartsOf(hist []QueueHistory) []queueCharts {
+	out := make([]queueCharts, 0, len(hist))
+	for _, qh := range hist {
+		depth := make([]int64, len(qh.Depth))
+		for i, d := range qh.Depth {
+			depth[i] = int64(d)
+		}
+		out = append(out, queueCharts{Queue: qh.Queue, Charts: []chart{
+			countChart("Processed per minute", "processed", "processed", qh.Processed, qh.From),
+			countChart("Failed per minute", "failed", "failed", qh.Failed, qh.From),
+			depthChart(depth, qh.From),
+		}})
+	}
+	return out
+}
+
+// newChart returns a chart of values, one a minute from from on, with
+// its scale and tooltips; a value below zero is no value. noun names a
+// value in the tooltips ("processed": "3 processed").
+func newChart(title, class, noun string, values []int64, from time.Time, label func(int64) string) chart {
+	c := chart{Title: title, Class: class, W: chartW, H: chartH, BaseY: baseY, TopY: baseY - plotH, NoData: true}
+	last, top := int64(-1), int64(0)
+	for _, v := range values {
+		if v >= 0 {
+			c.NoData, last, top = false, v, max(top, v)
+		}
+	}
+	c.Max, c.Last = label(top), "–"
+	if last >= 0 {
+		c.Last = label(last)
+	}
+	if len(values) > 0 {
+		c.From, c.To = clock(from), clock(from.Add(time.Duration(len(values)-1)*time.Minute))
+	}
+	for i, v := range values {
+		tip := clock(from.Add(time.Duration(i)*time.Minute)) + ": "
+		if v < 0 {
+			tip += "no value"
+		} else {
+			tip += label(v) + " " + noun
+		}
+		c.Slots = append(c.Slots, mark{X: i * slotW, W: slotW, H: chartH, Title: tip})
+	}
+	c.Summary = fmt.Sprintf("%s over the last hour: at most %s, now %s", title, c.Max, c.Last)
+	if c.NoData {
+		c.Summary = title + " over the last hour: no value yet"
+	}
+	return c
+}
+
+// countChart is a bar chart of counts per minute.
+func countChart(title, class, noun string, values []int64, from time.Time) chart {
+	c := newChart(title, class, noun, values, from, func(v int64) string { return strconv.FormatInt(v, 10) })
+	top := int64(0)
+	for _, v := range values {
+		top = max(top, v)
+	}
+	for i, v := range values {
+		if v > 0 {
+			h := height(v, top)
+			c.Bars = append(c.Bars, mark{X: i*slotW + 1, Y: baseY - h, W: slotW - 1, H: h})
+		}
+	}
+	return c
+}
+
+// depthChart is a line of the depths, broken where a minute has none
+// (below zero).
+func depthChart(values []int64, from time.Time) chart {
+	c := newChart("Depth", "depth", "waiting", values, from, func(v int64) string { return depthLabel(int(v)) })
+	top := int64(0)
+	for _, v := range values {
+		top = max(top, v)
+	}
+	var b strings.Builder
+	for i, v := range values {
+		if v < 0 {
+			continue
+		}
+		x, y := i*slotW+slotW/2, baseY-height(v, top) // the minute's middle
+		c.Dot = &mark{X: x, Y: y}
+		start := i == 0 || values[i-1] < 0
+		switch {
+		case start && (i+1 == len(values) || values[i+1] < 0):
+			fmt.Fprintf(&b, "M%d %dh%d", x-slotW/2, y, slotW) // a lone minute: a tick
+		case start:
+			fmt.Fprintf(&b, "M%d %d", x, y)
+		default:
+			fmt.Fprintf(&b, "L%d %d", x, y)
+		}
+	}
+	c.Line = b.String()
+	return c
+}
+
+// height is v's height on a scale whose top is top: at least one unit
+// for a value above zero, so that it shows.
+func height(v, top int64) int {
+	if v <= 0 || top <= 0 {
+		return 0
+	}
+	return max(1, int((v*plotH+top/2)/top))
+}
+
+// clock is t's minute, "15:04 UTC".
+func clock(t time.Time) string { return t.UTC().Format("15:04") + " UTC" }
+
+// depthLabel is a depth as the page shows it: "?" when unknown, "10000+"
+// at the cap of the count.
+func depthLabel(n int) string {
+	switch {
+	case n < 0:
+		return "?"
+	case n >= bunqueue.QueueDepthLimit:
+		return strconv.Itoa(n) + "+"
+	}
+	return strconv.Itoa(n)
+}

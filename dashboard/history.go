@@ -1,0 +1,76 @@
+package dashboard
+
+import (
+	"time"
+
+	"github.com/bunqueue/bunqueue"
+)
+
+// QueueHistory is one queue's last hour, a minute a slot, oldest first:
+// the processed and failed counts of Client.History, and the depths this
+// dashboard saw.
+type QueueHistory struct {
+	bunqueue.QueueHistory
+	// Depth is, for each minute, the last depth this dashboard read in it
+	// (Client.Stats, read when a page or its refresh asks, at most once a
+	// second), or -1 when it read none: no page was open then, or the
+	// count failed.
+	Depth []int `json:"depth"`
+}
+
+// depths are the depths a dashboard read, by queue, one a minute.
+type depths map[string]*depthRing
+
+// depthRing keeps the last depth read in each of 60 minutes.
+type depthRing struct {
+	at    [bunqueue.HistoryMinutes]int64 // the unix minute each slot holds
+	depth [bunqueue.HistoryMinutes]int
+}
+
+// record keeps the depths of stats, read at now.
+func (d depths) record(stats []bunqueue.QueueStats, now time.Time) {
+	minute := now.Unix() / 60
+	for _, st := range stats {
+		if st.Depth < 0 {
+			continue
+		}
+		r := d[st.Name]
+		if r == nil {
+			r = &depthRing{}
+			d[st.Name] = r
+		}
+		i := minute % bunqueue.HistoryMinutes
+		r.at[i], r.depth[i] = minute, st.Depth
+	}
+}
+
+// series returns queue's depths of the minutes from from on, -1 where
+// there is none.
+func (d depths) series(queue string, from time.Time) []int {
+	out := make([]int, bunqueue.HistoryMinutes)
+	first := from.Unix() / 60
+	r := d[queue]
+	for i := range out {
+		out[i] = -1
+		if r != nil {
+			m := first + int64(i)
+			if j := m % bunqueue.HistoryMinutes; r.at[j] == m {
+				out[i] = r.depth[j]
+			}
+		}
+	}
+	return out
+}
+
+// history returns the last hour of each of queues.
+func (h *handler) history(queues []bunqueue.QueueStats) []QueueHistory {
+	out := make([]QueueHistory, 0, len(queues))
+	for _, st := range queues {
+		qh := h.client.History(st.Name)
+		h.mu.Lock()
+		d := h.depths.series(st.Name, qh.From)
+		h.mu.Unlock()
+		out = append(out, QueueHistory{QueueHistory: qh, Depth: d})
+	}
+	return out
+}
