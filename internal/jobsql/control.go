@@ -243,6 +243,21 @@ func (s SQL) Listings(queue, kind string, limit int) []Listing {
 	return out
 }
 
+// HasIndex reports whether the jobs tables have the index named index,
+// in the connection's database or schema.
+func (s SQL) HasIndex(ctx context.Context, db bun.IDB, index string) (bool, error) {
+	q := map[string]string{
+		"postgresql": "SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname = ?",
+		"sqlite":     "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = ?",
+	}[s.d.System()]
+	if q == "" {
+		q = "SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = DATABASE() AND index_name = ?"
+	}
+	var n int
+	err := db.NewRaw(q, index).Scan(ctx, &n)
+	return n > 0, err
+}
+
 // hint is the table hint that makes a listing read through index, with
 // its leading space: MySQL's FORCE INDEX, SQLite's INDEXED BY (which the
 // dialect's ForceIndex leaves out for the claims), none on PostgreSQL.
