@@ -507,7 +507,13 @@ func (w *worker) process(ctx context.Context, keys []feedKey) batchResult {
 	tried, untried := splitUntried(keys, res)
 	w.f.putBack(untried)
 	w.f.finish(tried, res)
-	if w.r.selfSized && res.err == nil {
+	switch {
+	case !w.r.selfSized:
+	case res.leftOut > 0:
+		// Rows of full keys were left out: a smaller batch holds fewer
+		// keys' slots, for less time, so more workers find keys free.
+		w.size = max(w.size/2, 1)
+	case res.err == nil:
 		w.size = resize(w.size, len(keys), time.Since(began)-res.tokenTime, w.r.batch)
 	}
 	for _, err := range res.itemErrs {

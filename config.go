@@ -324,8 +324,10 @@ type QueueConfig[T any] struct {
 	// key has no free slot is left out of the batch and waits, unrun,
 	// while its key is full; this process's reads leave out the keys it
 	// found full for a moment, so that they do not hold up the other
-	// keys' rows. Slots are freed as GlobalLimit's are. Zero (the default)
-	// means none.
+	// keys' rows. A self-sized batch that left rows out halves the
+	// worker's next one: a key's slot is held until its batch commits.
+	// Slots are freed as GlobalLimit's are. Zero (the default) means
+	// none.
 	KeyLimit int
 	// KeyColumn names the column of the model whose value is a row's key
 	// for KeyLimit and KeyRate.

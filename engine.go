@@ -118,4 +118,7 @@ type batchResult struct {
 	// tokenTime is how long taking those slots took, before the claim
 	// transaction began: not part of the batch's time for its resize.
 	tokenTime time.Duration
+	// leftOut is how many claimed rows the batch left out because their
+	// key had no free slot (KeyLimit, KeyRate): keys are contended.
+	leftOut int
 }

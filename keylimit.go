@@ -291,6 +291,7 @@ func (b *claimTx[T]) keep(run []bool) bool {
 			n++
 		}
 	}
+	b.res.leftOut += len(b.items) - n
 	b.items, b.held, b.res.got = b.items[:n], b.held[:n], b.res.got[:n]
 	return n > 0
 }
