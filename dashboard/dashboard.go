@@ -17,7 +17,10 @@
 // queue and kind, or of an id, newest first, a page at a time
 // (Client.JobList, Client.JobGet). GET job?id=… is a job's page: its
 // args, metadata and output indented, its times, attempts and last
-// error (Client.JobGet). The pages call the public API of package
+// error (Client.JobGet). GET queue?name=… is a table queue's page: its
+// figures and last hour, the rows failing in this process by their own
+// primary key, and, with Options.FailedRows, the rows the app's table
+// says failed for good. The pages call the public API of package
 // bunqueue, as an app does, and no SQL of their own.
 //
 // The handler has no authentication of its own: put the app's in front
