@@ -17,7 +17,10 @@
 // queue and kind, or of an id, newest first, a page at a time
 // (Client.JobList, Client.JobGet). GET job?id=… is a job's page: its
 // args, metadata and output indented, its times, attempts and last
-// error (Client.JobGet). The pages call the public API of package
+// error (Client.JobGet). GET queue?name=… is a table queue's page: its
+// figures and last hour, the rows failing in this process by their own
+// primary key, and, with Options.FailedRows, the rows the app's table
+// says failed for good. The pages call the public API of package
 // bunqueue, as an app does, and no SQL of their own.
 //
 // The handler has no authentication of its own: put the app's in front
@@ -34,6 +37,7 @@
 package dashboard
 
 import (
+	"context"
 	"crypto/rand"
 	"embed"
 	"html/template"
@@ -86,6 +90,13 @@ type Options struct {
 	// "https://jaeger.example.com/trace/" + traceID: the job page links a
 	// failed job to the trace it was enqueued in. Defaults to no link.
 	TraceURL func(traceID string) string
+	// FailedRows, when set, reads the rows of a table queue that failed
+	// for good from the app's own table, by queue name: the queue's page
+	// lists the first FailedRowsShown rows it returns. It is called on
+	// each view of the page, with the request's context; an error (or a
+	// panic) is shown instead of the rows. Defaults to none: the page
+	// shows only the failures this process saw.
+	FailedRows map[string]func(ctx context.Context) ([]FailedRow, error)
 	// CSRFKey signs the CSRF tokens. Defaults to a random key made by
 	// New: set the same key (32 random bytes) on every instance of the app
 	// behind one load balancer, so that a token from one is good at the
@@ -183,6 +194,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.get(w, r, h.json)
 	case path == "/jobs":
 		h.get(w, r, h.jobs)
+	case path == "/queue":
+		h.get(w, r, h.queue)
 	case path == "/job":
 		h.get(w, r, h.job)
 	case path == "/job-action":

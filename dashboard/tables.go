@@ -1,0 +1,96 @@
+package dashboard
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/bunqueue/bunqueue"
+)
+
+// queueView is what the page of a table queue gets.
+type queueView struct {
+	frame
+	GeneratedAt time.Time
+	Name        string
+	Queue       *bunqueue.QueueStats
+	// StatsError is why the queue's depth could not be counted.
+	StatsError string
+	Charts     []queueCharts
+	// Failing are the queue's rows among Client.RecentFailures, by key,
+	// the latest failure first.
+	Failing []FailingRow
+	// FailedRows are the first FailedRowsShown rows the app's
+	// Options.FailedRows function returned, of FailedRowsTotal;
+	// HasFailedRows tells whether the app declared one for the queue.
+	HasFailedRows   bool
+	FailedRows      []FailedRow
+	FailedRowsTotal int
+	FailedRowsError string
+	// RecentLimit is bunqueue.RecentFailuresLimit.
+	RecentLimit int
+	// Problem is why the page cannot show the queue; JobsQueue tells that
+	// the name is a jobs queue's, whose jobs the job browser lists.
+	Problem   string
+	JobsQueue bool
+}
+
+// FailingRow is a row of a table queue whose latest failures this
+// process saw (Client.RecentFailures): its key, its latest error and
+// when, and how many of the recent failures were its.
+type FailingRow struct {
+	Key   string
+	Error string
+	At    time.Time
+	Times int
+}
+
+// failingRows groups the failures of queue among failures (newest
+// first) by row, in the order of their latest failure.
+func failingRows(queue string, failures []bunqueue.Failure) []FailingRow {
+	var out []FailingRow
+	at := map[string]int{}
+	for _, f := range failures {
+		if f.Queue != queue {
+			continue
+		}
+		if i, ok := at[f.Key]; ok {
+			out[i].Times++
+			continue
+		}
+		at[f.Key] = len(out)
+		out = append(out, FailingRow{Key: f.Key, Error: f.Error, At: f.At.UTC(), Times: 1})
+	}
+	return out
+}
+
+// queue serves GET queue?name=…: one table queue's figures, its last
+// hour, the rows failing in this process and, when the app declared
+// Options.FailedRows for it, the rows that failed for good.
+func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
+	v := &queueView{frame: h.frame(w, r, "queue"), GeneratedAt: time.Now().UTC(), Name: r.URL.Query().Get("name"),
+		RecentLimit: bunqueue.RecentFailuresLimit}
+	stats, err := h.stats(r)
+	for i := range stats {
+		if stats[i].Name == v.Name {
+			st := stats[i]
+			v.Queue = &st
+		}
+	}
+	switch {
+	case v.Queue == nil:
+		v.Problem = "No table queue of this client has this name."
+		h.renderStatus(w, http.StatusNotFound, "queue", v)
+		return
+	case v.Queue.Kind != bunqueue.QueueKindTable:
+		v.Problem, v.JobsQueue, v.Queue = "This is a queue of the jobs table: the job browser lists its jobs.", true, nil
+		h.renderStatus(w, http.StatusNotFound, "queue", v)
+		return
+	}
+	if err != nil && v.Queue.Depth < 0 {
+		v.StatsError = err.Error()
+	}
+	v.Charts = chartsOf(h.history([]bunqueue.QueueStats{*v.Queue}))
+	v.Failing = failingRows(v.Name, h.client.RecentFailures())
+	v.FailedRows, v.FailedRowsTotal, v.FailedRowsError, v.HasFailedRows = h.failedRows(r.Context(), v.Name)
+	h.render(w, "queue", v)
+}
