@@ -6,11 +6,13 @@
 //
 // The page shows each queue of the client (its table or the jobs table,
 // depth, rows in flight, rows processed and failed in the last minute and
-// hour, workers), charts of each queue's last hour (processed and failed
+// hour, workers, the limits in force, paused or not), charts of each queue's last hour (processed and failed
 // per minute, from Client.History, and the depth the dashboard read each
 // minute, drawn as inline SVG by the server), the latest failures in
 // this process, and the failed jobs, newest first, a page at a time,
-// with their payload, error, attempts and time. It refreshes itself every Options.RefreshInterval
+// with their payload, error, attempts and time. With Options.Clients it
+// lists the queues of several clients, each row naming its client. It
+// refreshes itself every Options.RefreshInterval
 // without reloading. GET data.json returns the same data as JSON.
 //
 // GET jobs is the job browser: the jobs of one state (or all), of a

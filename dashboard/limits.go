@@ -10,10 +10,14 @@ import (
 
 // limitsLabel says in words the limits in force on st's queue, as the
 // queues table's Limits column shows them: "2 at once; 1 at once per
-// customer_id; 50 per second", or "none".
+// customer_id; 50 per second", or "none". A jobs queue's key is its jobs'
+// EnqueueOpts.LimitKey: "per limit key".
 func limitsLabel(st bunqueue.QueueStats) string {
 	var parts []string
 	perKey := " per " + st.KeyColumn
+	if st.Kind == bunqueue.QueueKindJobs {
+		perKey = " per limit key"
+	}
 	if st.GlobalLimit > 0 {
 		parts = append(parts, strconv.Itoa(st.GlobalLimit)+" at once")
 	}

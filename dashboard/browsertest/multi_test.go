@@ -44,31 +44,66 @@ func queueRow(t *testing.T, page, queue string) string {
 	return m
 }
 
-// One dashboard of two clients, each on its own server (the one the test
-// runs on and the other of MariaDB and PostgreSQL): the overview lists
-// both clients' queues, each naming its client, with the limits in force;
-// pausing and resuming the second client's queue reaches its database,
-// and a queue is acted on only through the client that has it.
-func TestDashboardOfTwoClients(t *testing.T) {
-	t.Parallel()
+// twoClients is one dashboard, mounted under /ops/, of two clients that
+// are not started, each on its own server (the one the test runs on and
+// the other of MariaDB and PostgreSQL), with a jobs queue of the test's
+// own: qa of a, named billing, and qb of b, named mail, which has limits.
+type twoClients struct {
+	a, b   *bunqueue.Client
+	qa, qb string
+	srv    *httptest.Server
+}
+
+func setupTwoClients(t *testing.T) *twoClients {
+	t.Helper()
 	here, there := dbtest.Open(t, 0), dbtest.OpenPG(t, 0)
 	if dbtest.IsPostgres() {
 		there = dbtest.OpenMySQL(t, 0)
 	}
-	qa, qb := dbtest.Name("multia"), dbtest.Name("multib")
-	a := multiClient(t, here, qa, bunqueue.JobQueueConfig{Workers: 1})
-	b := multiClient(t, there, qb, bunqueue.JobQueueConfig{Workers: 4, GlobalLimit: 2, KeyRate: bunqueue.Rate{N: 3, Per: time.Minute}})
+	f := &twoClients{qa: dbtest.Name("multia"), qb: dbtest.Name("multib")}
+	f.a = multiClient(t, here, f.qa, bunqueue.JobQueueConfig{Workers: 1})
+	f.b = multiClient(t, there, f.qb, bunqueue.JobQueueConfig{Workers: 4, GlobalLimit: 2, KeyRate: bunqueue.Rate{N: 3, Per: time.Minute}})
+	for i, q := range []struct {
+		c  *bunqueue.Client
+		db *bun.DB
+		q  string
+	}{{f.a, here, f.qa}, {f.b, there, f.qb}} {
+		t.Cleanup(func() { _, _ = q.db.Exec("DELETE FROM bunqueue_jobs WHERE queue = ?", q.q) })
+		for range 2 + i {
+			_, err := q.c.Enqueue(t.Context(), q.db, orderArgs{Name: "waiting"}, &bunqueue.EnqueueOpts{Queue: q.q})
+			require.NoError(t, err)
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/ops/", http.StripPrefix("/ops", dashboard.New(f.a, &dashboard.Options{AllowActions: true,
+		ClientName: "billing", Clients: []dashboard.Client{{Name: "mail", Client: f.b}}})))
+	f.srv = httptest.NewServer(mux)
+	t.Cleanup(f.srv.Close)
+	return f
+}
 
+// paused returns whether c's one queue is paused, as its Stats say.
+func paused(t *testing.T, c *bunqueue.Client) bool {
+	t.Helper()
+	stats, err := c.Stats(t.Context())
+	require.NoError(t, err)
+	require.Len(t, stats, 1)
+	return stats[0].Paused
+}
+
+// The overview of two clients lists both clients' queues, each naming
+// its client, with the limits in force; pausing and resuming the second
+// client's queue reaches its database, and a queue is acted on only
+// through the client that has it.
+func TestDashboardOfTwoClients(t *testing.T) {
+	t.Parallel()
+	f := setupTwoClients(t)
+	a, b, qa, qb, srv := f.a, f.b, f.qa, f.qb, f.srv
 	require.Panics(t, func() {
 		dashboard.New(a, &dashboard.Options{ClientName: "x", Clients: []dashboard.Client{{Name: "x", Client: b}}})
 	}, "two clients named x")
 	require.Panics(t, func() { dashboard.New(a, &dashboard.Options{Clients: []dashboard.Client{{Client: b}}}) }, "no name")
 
-	mux := http.NewServeMux()
-	mux.Handle("/ops/", http.StripPrefix("/ops", dashboard.New(a, &dashboard.Options{AllowActions: true,
-		ClientName: "billing", Clients: []dashboard.Client{{Name: "mail", Client: b}}})))
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
 	jar, err := cookiejar.New(nil)
 	require.NoError(t, err)
 	hc := &http.Client{Jar: jar}
@@ -87,7 +122,7 @@ func TestDashboardOfTwoClients(t *testing.T) {
 	require.Contains(t, rowA, `data-client="billing"`)
 	require.Contains(t, rowA, `<td class="limits">none</td>`)
 	require.Contains(t, rowB, `data-client="mail"`)
-	require.Contains(t, rowB, `<td class="limits">2 at once; 3 per minute per limit_key</td>`)
+	require.Contains(t, rowB, `<td class="limits">2 at once; 3 per minute per limit key</td>`)
 	require.Contains(t, rowB, `<input type="hidden" name="client" value="mail">`)
 
 	var d dashboard.Data
@@ -113,34 +148,26 @@ func TestDashboardOfTwoClients(t *testing.T) {
 		require.NoError(t, json.NewDecoder(res.Body).Decode(&out))
 		return res.StatusCode, out
 	}
-	paused := func(c *bunqueue.Client) bool {
-		t.Helper()
-		stats, err := c.Stats(t.Context())
-		require.NoError(t, err)
-		require.Len(t, stats, 1)
-		return stats[0].Paused
-	}
-
 	status, res := post("pause", url.Values{"name": {qb}})
 	require.Equal(t, http.StatusBadRequest, status, "qb is not billing's: %+v", res)
 	status, res = post("pause", url.Values{"name": {qb}, "client": {"nobody"}})
 	require.Equal(t, http.StatusBadRequest, status, "no such client: %+v", res)
 	status, res = post("pause", url.Values{"name": {qa}, "client": {"mail"}})
 	require.Equal(t, http.StatusBadRequest, status, "qa is not mail's: %+v", res)
-	require.False(t, paused(a))
-	require.False(t, paused(b))
+	require.False(t, paused(t, a))
+	require.False(t, paused(t, b))
 
 	status, res = post("pause", url.Values{"name": {qb}, "client": {"mail"}})
 	require.Equal(t, http.StatusOK, status, "%+v", res)
-	require.True(t, paused(b), "the pause reached the second client's database")
-	require.False(t, paused(a))
+	require.True(t, paused(t, b), "the pause reached the second client's database")
+	require.False(t, paused(t, a))
 	require.Contains(t, queueRow(t, get(""), qb), `action="resume"`)
 
 	status, res = post("resume", url.Values{"name": {qb}, "client": {"mail"}})
 	require.Equal(t, http.StatusOK, status, "%+v", res)
-	require.False(t, paused(b))
+	require.False(t, paused(t, b))
 	status, res = post("pause", url.Values{"name": {qa}})
 	require.Equal(t, http.StatusOK, status, "New's client needs no client field: %+v", res)
-	require.True(t, paused(a))
-	require.False(t, paused(b))
+	require.True(t, paused(t, a))
+	require.False(t, paused(t, b))
 }
