@@ -72,6 +72,8 @@ type runner struct {
 	// (ratelimit.go).
 	rate    *rateLimit
 	keyRate *keyLimit
+	// limits are the queue's limits as configured, for Stats.
+	limits queueLimits
 
 	queueEngine
 }

@@ -312,6 +312,7 @@ func (q *Queue[T]) runner() *runner {
 		keys:        q.keyLimit,
 		rate:        q.rate,
 		keyRate:     q.keyRate,
+		limits:      queueLimits{q.cfg.GlobalLimit, q.cfg.KeyLimit, q.cfg.KeyColumn, q.cfg.RateLimit, q.cfg.KeyRate},
 		queueEngine: q,
 	}
 }

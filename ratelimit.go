@@ -35,8 +35,8 @@ import (
 //
 // N is at most RateMaxN; Per is at least a millisecond.
 type Rate struct {
-	N   int
-	Per time.Duration
+	N   int           `json:"n"`
+	Per time.Duration `json:"per"` // in JSON, nanoseconds
 }
 
 // RateMaxN is the largest Rate.N: a rate of N per Per is kept as N rows

@@ -60,6 +60,28 @@ type QueueStats struct {
 	// Paused says whether the queue is paused (PauseQueue), for every
 	// process: the database's flag, read by Stats.
 	Paused bool `json:"paused"`
+	// GlobalLimit, KeyLimit with KeyColumn, RateLimit and KeyRate are the
+	// limits in force on the queue, as its QueueConfig or JobQueueConfig
+	// sets them (zero: none). A jobs queue's KeyColumn is the jobs
+	// table's column of EnqueueOpts.LimitKey when it has a KeyLimit or a
+	// KeyRate.
+	GlobalLimit int    `json:"global_limit"`
+	KeyLimit    int    `json:"key_limit"`
+	KeyColumn   string `json:"key_column"`
+	RateLimit   Rate   `json:"rate_limit"`
+	KeyRate     Rate   `json:"key_rate"`
+}
+
+// queueLimits are a queue's limits, as QueueStats reports them.
+type queueLimits struct {
+	global, key   int
+	keyColumn     string
+	rate, keyRate Rate
+}
+
+// fill sets st's limits to l.
+func (l queueLimits) fill(st *QueueStats) {
+	st.GlobalLimit, st.KeyLimit, st.KeyColumn, st.RateLimit, st.KeyRate = l.global, l.key, l.keyColumn, l.rate, l.keyRate
 }
 
 // Stats returns a snapshot of the client's queues: first the queues over
@@ -84,7 +106,9 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 	var sources []source
 	for _, q := range queues {
 		r := q.runner()
-		sources = append(sources, source{QueueStats{Name: r.name, Kind: QueueKindTable, Table: r.table.Name, Workers: r.workers}, r.depth})
+		st := QueueStats{Name: r.name, Kind: QueueKindTable, Table: r.table.Name, Workers: r.workers}
+		r.limits.fill(&st)
+		sources = append(sources, source{st, r.depth})
 	}
 	if jobs {
 		names := make([]string, 0, len(c.cfg.JobQueues))
@@ -93,8 +117,10 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 		}
 		slices.Sort(names)
 		for _, name := range names {
-			sources = append(sources, source{QueueStats{Name: name, Kind: QueueKindJobs, Table: jobsql.Jobs,
-				Workers: c.cfg.JobQueues[name].Workers}, c.jobDepth(name)})
+			qc := c.cfg.JobQueues[name]
+			st := QueueStats{Name: name, Kind: QueueKindJobs, Table: jobsql.Jobs, Workers: qc.Workers}
+			queueLimits{qc.GlobalLimit, qc.KeyLimit, keyColumn(qc), qc.RateLimit, qc.KeyRate}.fill(&st)
+			sources = append(sources, source{st, c.jobDepth(name)})
 		}
 	}
 

@@ -115,9 +115,9 @@ func TestDepthSamples(t *testing.T) {
 	t.Parallel()
 	d := depths{}
 	at := chartFrom.Add(30 * time.Second)
-	d.record([]bunqueue.QueueStats{{Name: "q", Depth: 5}, {Name: "bad", Depth: -1}}, at)
-	d.record([]bunqueue.QueueStats{{Name: "q", Depth: 7}}, at.Add(10*time.Second))
-	d.record([]bunqueue.QueueStats{{Name: "q", Depth: 2}}, at.Add(2*time.Minute))
+	d.record([]bunqueue.QueueStats{{Name: "q", Depth: 5}, {Name: "bad", Depth: -1}}, []int{0, 0}, at)
+	d.record([]bunqueue.QueueStats{{Name: "q", Depth: 7}}, []int{0}, at.Add(10*time.Second))
+	d.record([]bunqueue.QueueStats{{Name: "q", Depth: 2}}, []int{0}, at.Add(2*time.Minute))
 	s := d.series("q", chartFrom)
 	require.Equal(t, []int{7, -1, 2, -1}, s[:4])
 	require.Len(t, s, bunqueue.HistoryMinutes)

@@ -6,11 +6,13 @@
 //
 // The page shows each queue of the client (its table or the jobs table,
 // depth, rows in flight, rows processed and failed in the last minute and
-// hour, workers), charts of each queue's last hour (processed and failed
+// hour, workers, the limits in force, paused or not), charts of each queue's last hour (processed and failed
 // per minute, from Client.History, and the depth the dashboard read each
 // minute, drawn as inline SVG by the server), the latest failures in
 // this process, and the failed jobs, newest first, a page at a time,
-// with their payload, error, attempts and time. It refreshes itself every Options.RefreshInterval
+// with their payload, error, attempts and time. With Options.Clients it
+// lists the queues of several clients, each row naming its client. It
+// refreshes itself every Options.RefreshInterval
 // without reloading. GET data.json returns the same data as JSON.
 //
 // GET jobs is the job browser: the jobs of one state (or all), of a
@@ -102,6 +104,15 @@ type Options struct {
 	// behind one load balancer, so that a token from one is good at the
 	// others.
 	CSRFKey []byte
+	// Clients are more clients whose queues the overview lists, after
+	// those of New's client, each row naming its client (New's is named
+	// ClientName); pausing or resuming a queue goes to its own client.
+	// The failed jobs, the job browser, the job page and the job actions
+	// are those of New's client's jobs tables. Defaults to none.
+	Clients []Client
+	// ClientName names New's client when there are Clients. Defaults
+	// to ClientNameDefault.
+	ClientName string
 }
 
 //go:embed templates/*.html
@@ -110,9 +121,10 @@ var templateFiles embed.FS
 //go:embed assets
 var assetFiles embed.FS
 
-// handler is the dashboard of one client.
+// handler is the dashboard of one client, or several.
 type handler struct {
-	client  *bunqueue.Client
+	client  *bunqueue.Client // New's: its jobs tables are the pages'
+	clients []Client         // New's first, then Options.Clients
 	opts    Options
 	key     []byte
 	pages   *template.Template
@@ -121,6 +133,7 @@ type handler struct {
 
 	mu     sync.Mutex
 	cached []bunqueue.QueueStats // the last Stats, to spare the database when many pages refresh
+	owners []int                 // the index in clients of each cached queue's client
 	cerr   error
 	when   time.Time
 	depths depths // the depths the stats read, for the charts
@@ -163,6 +176,7 @@ func New(client *bunqueue.Client, opts *Options) http.Handler {
 	}
 	return &handler{
 		client:  client,
+		clients: clientsOf(client, o),
 		opts:    o,
 		key:     key,
 		pages:   template.Must(template.New("").Funcs(funcs).ParseFS(templateFiles, "templates/*.html")),
@@ -219,15 +233,16 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request, serve http.Handler
 	serve(w, r)
 }
 
-// stats returns the client's stats, read at most once a second.
-func (h *handler) stats(r *http.Request) ([]bunqueue.QueueStats, error) {
+// stats returns the stats of every client, read at most once a second,
+// and the index in h.clients of each queue's client.
+func (h *handler) stats(r *http.Request) ([]bunqueue.QueueStats, []int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if time.Since(h.when) < time.Second {
-		return h.cached, h.cerr
+		return h.cached, h.owners, h.cerr
 	}
-	h.cached, h.cerr = h.client.Stats(r.Context())
+	h.cached, h.owners, h.cerr = h.readStats(r)
 	h.when = time.Now()
-	h.depths.record(h.cached, h.when)
-	return h.cached, h.cerr
+	h.depths.record(h.cached, h.owners, h.when)
+	return h.cached, h.owners, h.cerr
 }

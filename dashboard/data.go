@@ -20,10 +20,14 @@ const shownBytes = 16 << 10
 type Data struct {
 	// GeneratedAt is when the data was read, in UTC.
 	GeneratedAt time.Time `json:"generated_at"`
-	// Queues are the client's queues (Client.Stats).
+	// Queues are the client's queues (Client.Stats), then those of
+	// Options.Clients.
 	Queues []bunqueue.QueueStats `json:"queues"`
 	// QueuesError is why some queue's depth could not be counted.
 	QueuesError string `json:"queues_error,omitempty"`
+	// QueueClients name the client of each of Queues, in their order,
+	// when the dashboard shows several (Options.Clients); else absent.
+	QueueClients []string `json:"queue_clients,omitempty"`
 	// History is each queue's last hour, a minute a slot, in the order
 	// of Queues.
 	History []QueueHistory `json:"history"`
@@ -94,20 +98,20 @@ func filterOf(q url.Values) Filter {
 func (h *handler) data(r *http.Request) *Data {
 	d := &Data{
 		GeneratedAt:    time.Now().UTC(),
-		RecentFailures: h.client.RecentFailures(),
+		RecentFailures: h.recentFailures(),
 		Filter:         filterOf(r.URL.Query()),
 		ActionsEnabled: h.opts.AllowActions,
 		FailedJobs:     []FailedJob{},
 	}
-	queues, err := h.stats(r)
-	d.Queues = queues
+	queues, owners, err := h.stats(r)
+	d.Queues, d.QueueClients = queues, h.clientNames(owners)
 	if d.Queues == nil {
 		d.Queues = []bunqueue.QueueStats{}
 	}
 	if err != nil {
 		d.QueuesError = err.Error()
 	}
-	d.History = h.history(d.Queues)
+	d.History = h.history(queues, owners)
 	jobs, err := h.client.FailedJobs(r.Context(), bunqueue.FailedJobsFilter{
 		Queue: d.Filter.Queue, Kind: d.Filter.Kind, BeforeID: d.Filter.BeforeID, Limit: h.opts.PageSize,
 	})

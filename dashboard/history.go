@@ -27,17 +27,19 @@ type depthRing struct {
 	depth [bunqueue.HistoryMinutes]int
 }
 
-// record keeps the depths of stats, read at now.
-func (d depths) record(stats []bunqueue.QueueStats, now time.Time) {
+// record keeps the depths of stats, read at now; owners are the index of
+// each queue's client.
+func (d depths) record(stats []bunqueue.QueueStats, owners []int, now time.Time) {
 	minute := now.Unix() / 60
-	for _, st := range stats {
+	for i, st := range stats {
 		if st.Depth < 0 {
 			continue
 		}
-		r := d[st.Name]
+		key := depthKey(owners[i], st.Name)
+		r := d[key]
 		if r == nil {
 			r = &depthRing{}
-			d[st.Name] = r
+			d[key] = r
 		}
 		i := minute % bunqueue.HistoryMinutes
 		r.at[i], r.depth[i] = minute, st.Depth
@@ -62,13 +64,14 @@ func (d depths) series(queue string, from time.Time) []int {
 	return out
 }
 
-// history returns the last hour of each of queues.
-func (h *handler) history(queues []bunqueue.QueueStats) []QueueHistory {
+// history returns the last hour of each of queues, whose clients are
+// owners.
+func (h *handler) history(queues []bunqueue.QueueStats, owners []int) []QueueHistory {
 	out := make([]QueueHistory, 0, len(queues))
-	for _, st := range queues {
-		qh := h.client.History(st.Name)
+	for i, st := range queues {
+		qh := h.clients[owners[i]].Client.History(st.Name)
 		h.mu.Lock()
-		d := h.depths.series(st.Name, qh.From)
+		d := h.depths.series(depthKey(owners[i], st.Name), qh.From)
 		h.mu.Unlock()
 		out = append(out, QueueHistory{QueueHistory: qh, Depth: d})
 	}

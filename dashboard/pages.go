@@ -31,8 +31,9 @@ type view struct {
 }
 
 var funcs = template.FuncMap{
-	"depth": depthLabel,
-	"half":  func(n int) int { return n / 2 },
+	"depth":  depthLabel,
+	"limits": limitsLabel,
+	"half":   func(n int) int { return n / 2 },
 	"ago": func(t, now time.Time) string {
 		d := now.Sub(t).Round(time.Second)
 		if d < 0 {
@@ -75,7 +76,7 @@ var funcs = template.FuncMap{
 // view returns the template data of r.
 func (h *handler) view(w http.ResponseWriter, r *http.Request) *view {
 	d := h.data(r)
-	v := &view{Data: d, Title: h.opts.Title, RefreshMS: h.opts.RefreshInterval.Milliseconds(), Notice: notice(r.URL.Query()), Charts: chartsOf(d.History)}
+	v := &view{Data: d, Title: h.opts.Title, RefreshMS: h.opts.RefreshInterval.Milliseconds(), Notice: notice(r.URL.Query()), Charts: namedCharts(chartsOf(d.History), d.QueueClients)}
 	if h.opts.AllowActions {
 		v.CSRF = h.csrfToken(w, r)
 	}
@@ -253,27 +254,26 @@ type QueueResult struct {
 	Error  string `json:"error,omitempty"`
 }
 
-// queueAction pauses or resumes the client's queue of the form's name,
-// for every process.
+// queueAction pauses or resumes the queue of the form's name, for every
+// process, through the client of the form's client (New's if empty).
 func (h *handler) queueAction(w http.ResponseWriter, r *http.Request, what string, wantsJSON bool, refuse func(int, string)) {
-	name := r.PostFormValue("name")
-	if !h.hasQueue(r, name) {
+	name, owner := r.PostFormValue("name"), h.clientNamed(r.PostFormValue("client"))
+	if owner < 0 || !h.hasQueue(r, owner, name) {
 		refuse(http.StatusBadRequest, "the form's name is not one of this client's queues")
 		return
 	}
+	client := h.clients[owner].Client
 	var err error
 	if what == "pause" {
-		err = h.client.PauseQueue(r.Context(), name)
+		err = client.PauseQueue(r.Context(), name)
 	} else {
-		err = h.client.ResumeQueue(r.Context(), name)
+		err = client.ResumeQueue(r.Context(), name)
 	}
 	if err != nil {
 		refuse(http.StatusInternalServerError, err.Error())
 		return
 	}
-	h.mu.Lock()
-	h.when = time.Time{} // the next page shows the change
-	h.mu.Unlock()
+	h.forget() // the next page shows the change
 	if wantsJSON {
 		writeJSON(w, http.StatusOK, QueueResult{OK: true, Queue: name, Paused: what == "pause"})
 		return
@@ -282,11 +282,11 @@ func (h *handler) queueAction(w http.ResponseWriter, r *http.Request, what strin
 	w.WriteHeader(http.StatusSeeOther)
 }
 
-// hasQueue reports whether name is one of the client's queues.
-func (h *handler) hasQueue(r *http.Request, name string) bool {
-	stats, _ := h.stats(r) // names are there even when a depth failed
-	for _, st := range stats {
-		if st.Name == name {
+// hasQueue reports whether name is one of the queues of client owner.
+func (h *handler) hasQueue(r *http.Request, owner int, name string) bool {
+	stats, owners, _ := h.stats(r) // names are there even when a depth failed
+	for i, st := range stats {
+		if st.Name == name && owners[i] == owner {
 			return true
 		}
 	}

@@ -69,9 +69,9 @@ func failingRows(queue string, failures []bunqueue.Failure) []FailingRow {
 func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 	v := &queueView{frame: h.frame(w, r, "queue"), GeneratedAt: time.Now().UTC(), Name: r.URL.Query().Get("name"),
 		RecentLimit: bunqueue.RecentFailuresLimit}
-	stats, err := h.stats(r)
+	stats, owners, err := h.stats(r)
 	for i := range stats {
-		if stats[i].Name == v.Name {
+		if stats[i].Name == v.Name && owners[i] == 0 { // the first client's: the page reads its failures
 			st := stats[i]
 			v.Queue = &st
 		}
@@ -89,7 +89,7 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 	if err != nil && v.Queue.Depth < 0 {
 		v.StatsError = err.Error()
 	}
-	v.Charts = chartsOf(h.history([]bunqueue.QueueStats{*v.Queue}))
+	v.Charts = chartsOf(h.history([]bunqueue.QueueStats{*v.Queue}, []int{0}))
 	v.Failing = failingRows(v.Name, h.client.RecentFailures())
 	v.FailedRows, v.FailedRowsTotal, v.FailedRowsError, v.HasFailedRows = h.failedRows(r.Context(), v.Name)
 	h.render(w, "queue", v)

@@ -55,7 +55,7 @@ func setupCharts(t *testing.T) *chartsFixture {
 		}
 	})
 	c, err := bunqueue.NewClient(db, &bunqueue.Config{PollInterval: 50 * time.Millisecond,
-		JobQueues: map[string]bunqueue.JobQueueConfig{f.good: {Workers: 2}, f.bad: {Workers: 1}, f.idle: {Workers: 1}}})
+		JobQueues: map[string]bunqueue.JobQueueConfig{f.good: {Workers: 2, GlobalLimit: 2, RateLimit: bunqueue.Rate{N: 100, Per: time.Second}}, f.bad: {Workers: 1}, f.idle: {Workers: 1}}})
 	require.NoError(t, err)
 	require.NoError(t, bunqueue.AddWorker(c, bunqueue.WorkerFunc[chartArgs](func(ctx context.Context, db bun.IDB, job *bunqueue.Job[chartArgs]) error {
 		if job.Args.Fail {

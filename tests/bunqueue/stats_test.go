@@ -195,3 +195,47 @@ func TestStatsDepthCapAndError(t *testing.T) {
 	require.Equal(t, bunqueue.QueueDepthLimit, all[0].Depth)
 	require.Equal(t, -1, all[1].Depth)
 }
+
+type statsLimitItem struct {
+	bun.BaseModel `bun:"table:bq_test_stats_limits"`
+	ID            int64 `bun:",pk"`
+	Customer      int64
+	Done          bool
+}
+
+// Stats reports the limits in force on a table queue and on jobs queues
+// (lock and lease mode), as configured, and none on a queue without.
+func TestStatsLimits(t *testing.T) {
+	onServers(t, func(t *testing.T, srv dbtest.Server) {
+		db := srv.Open(t, 0)
+		require.NoError(t, bunqueue.Migrate(t.Context(), db))
+		srvTable(t, db, "bq_test_stats_limits", "id BIGINT PRIMARY KEY, customer BIGINT, done BOOLEAN NOT NULL DEFAULT FALSE")
+		lock, lease, plain := jobQueue(t), jobQueue(t), jobQueue(t)
+		perSecond, perMinute := bunqueue.Rate{N: 50, Per: time.Second}, bunqueue.Rate{N: 2, Per: time.Minute}
+		c, err := bunqueue.NewClient(db, &bunqueue.Config{Logger: testLogger(t), JobQueues: map[string]bunqueue.JobQueueConfig{
+			lock:  {Workers: 4, GlobalLimit: 3, KeyLimit: 1, RateLimit: perSecond},
+			lease: {Workers: 2, Mode: bunqueue.ModeLease, Lease: 5 * time.Second, KeyRate: perMinute},
+			plain: {Workers: 1},
+		}})
+		require.NoError(t, err)
+		q := bunqueue.NewQueue("stats_limits",
+			func(q *bun.SelectQuery) *bun.SelectQuery { return q.Where("done = FALSE") },
+			func(context.Context, bun.Tx, *statsLimitItem) error { return nil },
+			&bunqueue.QueueConfig[statsLimitItem]{Workers: 3, GlobalLimit: 2, KeyLimit: 1, KeyColumn: "customer",
+				RateLimit: perSecond, KeyRate: perMinute})
+		require.NoError(t, c.Add(q))
+		require.NoError(t, bunqueue.AddWorker(c, bunqueue.WorkerFunc[statsArgs](func(context.Context, bun.IDB, *bunqueue.Job[statsArgs]) error {
+			return nil
+		})))
+
+		s := statsOf(t, c, "stats_limits")
+		require.Equal(t, bunqueue.QueueStats{Name: "stats_limits", Kind: bunqueue.QueueKindTable, Table: "bq_test_stats_limits",
+			Workers: 2, GlobalLimit: 2, KeyLimit: 1, KeyColumn: "customer", RateLimit: perSecond, KeyRate: perMinute}, s)
+		s = statsOf(t, c, lock)
+		require.Equal(t, []any{3, 1, "limit_key", perSecond, bunqueue.Rate{}}, []any{s.GlobalLimit, s.KeyLimit, s.KeyColumn, s.RateLimit, s.KeyRate})
+		s = statsOf(t, c, lease)
+		require.Equal(t, []any{0, 0, "limit_key", bunqueue.Rate{}, perMinute}, []any{s.GlobalLimit, s.KeyLimit, s.KeyColumn, s.RateLimit, s.KeyRate})
+		s = statsOf(t, c, plain)
+		require.Equal(t, []any{0, 0, "", bunqueue.Rate{}, bunqueue.Rate{}}, []any{s.GlobalLimit, s.KeyLimit, s.KeyColumn, s.RateLimit, s.KeyRate})
+	})
+}

@@ -276,7 +276,8 @@ func TestJSON(t *testing.T) {
 		{Name: f.queue, Kind: bunqueue.QueueKindJobs, Table: "bunqueue_jobs", Workers: 2},
 	}, d.Queues)
 	require.Equal(t, []string{"name", "kind", "table", "workers", "depth", "in_flight", "processed_last_minute",
-		"processed_last_hour", "failed_last_minute", "failed_last_hour", "paused"}, jsonKeys(t, body, "queues"))
+		"processed_last_hour", "failed_last_minute", "failed_last_hour", "paused",
+		"global_limit", "key_limit", "key_column", "rate_limit", "key_rate"}, jsonKeys(t, body, "queues"))
 	require.Equal(t, dashboard.Filter{Queue: f.queue}, d.Filter)
 	require.Len(t, d.FailedJobs, 2)
 	require.Equal(t, f.failed[2], d.FailedJobs[0].ID, "newest first")

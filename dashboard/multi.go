@@ -1,0 +1,144 @@
+package dashboard
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/bunqueue/bunqueue"
+)
+
+// Client is one more client whose queues a dashboard shows, next to
+// those of the client given to New (Options.Clients).
+type Client struct {
+	// Name names the client on the page, in the queues table's Client
+	// column: the app's name for it, such as "billing". It must not be
+	// empty, and no two of a dashboard's clients may share one.
+	Name string
+	// Client is the client.
+	Client *bunqueue.Client
+}
+
+// ClientNameDefault is the name of New's client when Options.Clients is
+// set and Options.ClientName is not.
+const ClientNameDefault = "main"
+
+// clientsOf returns the dashboard's clients: client, named by
+// o.ClientName, then o.Clients. It panics on a nil client, an empty name
+// or one used twice.
+func clientsOf(client *bunqueue.Client, o Options) []Client {
+	name := o.ClientName
+	if name == "" {
+		name = ClientNameDefault
+	}
+	all := append([]Client{{Name: name, Client: client}}, o.Clients...)
+	seen := map[string]bool{}
+	for i, c := range all[1:] {
+		switch {
+		case c.Client == nil:
+			panic(fmt.Sprintf("dashboard: Options.Clients[%d] (%q): Client must not be nil", i, c.Name))
+		case c.Name == "":
+			panic(fmt.Sprintf("dashboard: Options.Clients[%d]: Name must not be empty", i))
+		}
+	}
+	for _, c := range all {
+		if seen[c.Name] {
+			panic(fmt.Sprintf("dashboard: Options: the client name %q is used twice (ClientName, Clients)", c.Name))
+		}
+		seen[c.Name] = true
+	}
+	return all
+}
+
+// readStats reads the stats of every client, in the order of h.clients,
+// and the index in h.clients of each queue's client. An error names the
+// client when there are several.
+func (h *handler) readStats(r *http.Request) ([]bunqueue.QueueStats, []int, error) {
+	var all []bunqueue.QueueStats
+	var owners []int
+	var errs []error
+	for i, c := range h.clients {
+		stats, err := c.Client.Stats(r.Context())
+		if err != nil && len(h.clients) > 1 {
+			err = fmt.Errorf("client %q: %w", c.Name, err)
+		}
+		errs = append(errs, err)
+		all = append(all, stats...)
+		for range stats {
+			owners = append(owners, i)
+		}
+	}
+	return all, owners, errors.Join(errs...)
+}
+
+// clientNames returns the name of each queue's client, or nil when the
+// dashboard shows one client.
+func (h *handler) clientNames(owners []int) []string {
+	if len(h.clients) < 2 {
+		return nil
+	}
+	names := make([]string, len(owners))
+	for i, o := range owners {
+		names[i] = h.clients[o].Name
+	}
+	return names
+}
+
+// clientNamed returns the index in h.clients of the client of the form's
+// name ("" for New's), or -1.
+func (h *handler) clientNamed(name string) int {
+	if name == "" {
+		return 0
+	}
+	for i, c := range h.clients {
+		if c.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// depthKey is the key of a queue of client i in the depths.
+func depthKey(i int, queue string) string {
+	if i == 0 {
+		return queue
+	}
+	return fmt.Sprintf("%d\x00%s", i, queue)
+}
+
+// recentFailures returns the latest failures of every client, newest
+// first, at most bunqueue.RecentFailuresLimit.
+func (h *handler) recentFailures() []bunqueue.Failure {
+	if len(h.clients) == 1 {
+		return h.clients[0].Client.RecentFailures()
+	}
+	var all []bunqueue.Failure
+	for _, c := range h.clients {
+		all = append(all, c.Client.RecentFailures()...)
+	}
+	slices.SortStableFunc(all, func(a, b bunqueue.Failure) int { return cmp.Compare(b.At.UnixNano(), a.At.UnixNano()) })
+	return all[:min(len(all), bunqueue.RecentFailuresLimit)]
+}
+
+// namedCharts prefixes each queue's charts with its client's name, when
+// the dashboard shows several clients.
+func namedCharts(charts []queueCharts, names []string) []queueCharts {
+	if len(names) != len(charts) {
+		return charts
+	}
+	for i := range charts {
+		charts[i].Queue = names[i] + " · " + charts[i].Queue
+	}
+	return charts
+}
+
+// forget makes the next stats read the database again, after an action
+// changed what they show.
+func (h *handler) forget() {
+	h.mu.Lock()
+	h.when = time.Time{}
+	h.mu.Unlock()
+}
