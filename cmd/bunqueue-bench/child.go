@@ -157,15 +157,9 @@ func (b *bench) childEnqueue(ctx context.Context, queue string, perSecond int) (
 	if err != nil {
 		return childReport{}, err
 	}
-	return childReport{
-		Enqueued:     p.enqueued,
-		InWindow:     p.inWindow,
-		WindowS:      p.window.Seconds(),
-		EnqueueP50ms: percentile(p.enqueueTimes, 0.5),
-		EnqueueP99ms: percentile(p.enqueueTimes, 0.99),
-		Returned:     returned,
-		Notifies:     sends.settled(ctx),
-	}, nil
+	rep := p.report()
+	rep.Returned, rep.Notifies = returned, sends.settled(ctx)
+	return rep, nil
 }
 
 // selfExe returns the path to run this program's own binary: on Linux
@@ -183,6 +177,18 @@ type childProc struct {
 	cmd    *exec.Cmd
 	stdout bytes.Buffer
 	stderr bytes.Buffer
+}
+
+// runProducer runs a child that produces perSecond a second with the
+// bench's warm-up and duration (the command, then args), and returns its
+// report.
+func (b *bench) runProducer(ctx context.Context, command string, perSecond int, args ...string) (childReport, error) {
+	args = append([]string{command, "--rate", fmt.Sprint(perSecond), "--warmup", b.warmup.String(), "--duration", b.duration.String()}, args...)
+	p, err := b.startChild(ctx, args...)
+	if err != nil {
+		return childReport{}, err
+	}
+	return p.wait()
 }
 
 // startChild starts this binary's bench-child subcommand with args, with

@@ -1107,6 +1107,17 @@ type production struct {
 	enqueueTimes       []time.Duration // how long the measured Enqueue calls took
 }
 
+// report is the part of a child's report that p makes.
+func (p production) report() childReport {
+	return childReport{
+		Enqueued:     p.enqueued,
+		InWindow:     p.inWindow,
+		WindowS:      p.window.Seconds(),
+		EnqueueP50ms: percentile(p.enqueueTimes, 0.5),
+		EnqueueP99ms: percentile(p.enqueueTimes, 0.99),
+	}
+}
+
 // produce calls enqueue perSecond times a second, catching up when late,
 // for b.warmup and then b.duration; the jobs it enqueues after the warm-up
 // are marked measured.

@@ -79,14 +79,7 @@ func (b *bench) latencyCrossProcess(ctx context.Context, perSecond int, listen b
 		return client.Stop(stopCtx)
 	}
 	poll := bunqueue.PollIntervalDefault
-	rep, err := func() (childReport, error) {
-		p, err := b.startChild(ctx, "enqueue", "--queue", queue, "--rate", fmt.Sprint(perSecond),
-			"--warmup", b.warmup.String(), "--duration", b.duration.String())
-		if err != nil {
-			return childReport{}, err
-		}
-		return p.wait()
-	}()
+	rep, err := b.runProducer(ctx, "enqueue", perSecond, "--queue", queue)
 	if err == nil {
 		b.scene.addChild(rep)
 		// Give the last jobs a poll interval and 2 s to start.

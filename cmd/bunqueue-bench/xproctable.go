@@ -44,15 +44,9 @@ func (b *bench) childRows(ctx context.Context, perSecond int) (childReport, erro
 	if err != nil {
 		return childReport{}, err
 	}
-	return childReport{
-		Enqueued:     p.enqueued,
-		InWindow:     p.inWindow,
-		WindowS:      p.window.Seconds(),
-		EnqueueP50ms: percentile(p.enqueueTimes, 0.5),
-		EnqueueP99ms: percentile(p.enqueueTimes, 0.99),
-		Called:       called,
-		Returned:     returned,
-	}, nil
+	rep := p.report()
+	rep.Called, rep.Returned = called, returned
+	return rep, nil
 }
 
 // rowStarts records when each row of bench_items first started.
@@ -106,14 +100,7 @@ func (b *bench) latencyTableNotify(ctx context.Context, perSecond int) (result, 
 	if err := client.Start(ctx); err != nil {
 		return result{}, err
 	}
-	rep, err := func() (childReport, error) {
-		p, err := b.startChild(ctx, "rows", "--rate", fmt.Sprint(perSecond),
-			"--warmup", b.warmup.String(), "--duration", b.duration.String())
-		if err != nil {
-			return childReport{}, err
-		}
-		return p.wait()
-	}()
+	rep, err := b.runProducer(ctx, "rows", perSecond)
 	if err == nil {
 		b.scene.addChild(rep)
 		for deadline := time.Now().Add(bunqueue.PollIntervalDefault + 2*time.Second); starts.started.Load() < rep.Enqueued && time.Now().Before(deadline); {
