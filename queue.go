@@ -84,7 +84,8 @@ type Queue[T any] struct {
 // jobsOnly are the fields of a Queue that only the jobs queues set (see
 // Client.jobRunners and jobsQueue); a table queue has them zero.
 type jobsOnly[T any] struct {
-	trusted bool // the library's own handler: skip the leave-the-query re-check
+	trusted bool         // the library's own handler: skip the leave-the-query re-check
+	rekey   *rekeyTarget // the table and key columns a handler must not re-key in SQL only (rekey.go)
 	// The item's creation context, its span attributes, and the outcome
 	// of a failure OnError recorded.
 	creator  func(item *T) context.Context
@@ -214,6 +215,7 @@ func (q *Queue[T]) attach(c *Client) error {
 	q.client = c
 	q.cfg = q.given.withDefaults(c.cfg)
 	q.table = table
+	q.rekey = newRekeyTarget(table)
 	q.prepares = c.stmts != nil && preparable(table.Type, table)
 	q.cool = cooldown.New(q.cfg.Cooldown, max(q.cfg.Cooldown, CooldownMax), CooldownLimit)
 	q.wake = make(chan struct{}, 1)

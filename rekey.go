@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/uptrace/bun"
+	"github.com/uptrace/bun/schema"
 
 	"github.com/bunqueue/bunqueue/internal/sqltoken"
 )
@@ -24,11 +25,25 @@ import (
 // it cools down under its key. A handler that sets the model's key too is
 // re-checked under both keys instead (Queue.stillQueued).
 
-// rekeyWatch is what rekeyHook watches for, for one handler call.
-type rekeyWatch struct {
+// rekeyTarget is what rekeyHook looks for in a queue's statements.
+type rekeyTarget struct {
 	table string   // the queue's table, lower-case
 	pks   []string // its primary key's columns, lower-case
-	seen  atomic.Pointer[string]
+}
+
+// newRekeyTarget returns the target of the queue over table.
+func newRekeyTarget(table *schema.Table) *rekeyTarget {
+	t := &rekeyTarget{table: strings.ToLower(table.Name), pks: make([]string, len(table.PKs))}
+	for i, f := range table.PKs {
+		t.pks[i] = strings.ToLower(f.Name)
+	}
+	return t
+}
+
+// rekeyWatch is what rekeyHook watches for, for one handler call.
+type rekeyWatch struct {
+	*rekeyTarget
+	seen atomic.Pointer[string]
 }
 
 // rekeyKey is the context key of a handler call's rekeyWatch.
@@ -37,13 +52,10 @@ type rekeyKey struct{}
 // watchRekey returns ctx with a new rekeyWatch of the queue's table, for
 // one handler call; nil and ctx for a queue that is not re-checked.
 func (q *Queue[T]) watchRekey(ctx context.Context) (context.Context, *rekeyWatch) {
-	if q.trusted || q.table == nil {
+	if q.trusted || q.rekey == nil {
 		return ctx, nil
 	}
-	w := &rekeyWatch{table: strings.ToLower(q.table.Name), pks: make([]string, len(q.table.PKs))}
-	for i, f := range q.table.PKs {
-		w.pks[i] = strings.ToLower(f.Name)
-	}
+	w := &rekeyWatch{rekeyTarget: q.rekey}
 	return context.WithValue(ctx, rekeyKey{}, w), w
 }
 

@@ -32,7 +32,7 @@ func TestAssignedKey(t *testing.T) {
 
 func BenchmarkRekeyHook(b *testing.B) {
 	ctx := context.Background()
-	w := &rekeyWatch{table: "orders", pks: []string{"id"}}
+	w := &rekeyWatch{rekeyTarget: &rekeyTarget{table: "orders", pks: []string{"id"}}}
 	handler := context.WithValue(ctx, rekeyKey{}, w)
 	for _, bc := range []struct {
 		name  string
