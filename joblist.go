@@ -33,6 +33,26 @@ type JobListFilter struct {
 	// at or after CreatedFrom and before CreatedBefore.
 	CreatedFrom   time.Time
 	CreatedBefore time.Time
+	// Search, when set, keeps only the jobs whose args or error (a
+	// waiting job's last error, a failed job's error) contain it, as
+	// written: % and _ are no wildcards. ASCII letters match either case
+	// on every server; further, MySQL and MariaDB fold every letter of
+	// args and error (LOWER of utf8mb4, compared code point by code
+	// point, so that "e" does not find "é"), PostgreSQL every letter of
+	// the error that the database's LC_CTYPE folds and ASCII letters
+	// alone in args, SQLite ASCII letters alone. Args are searched as
+	// they are stored, the JSON that encoding/json wrote ({"a":1}, no
+	// spaces, non-ASCII as UTF-8, and <, >, & as \u003c, \u003e,
+	// \u0026). At most JobListSearchMaxBytes bytes of UTF-8, no NUL.
+	//
+	// No index serves a search, so a page looks through a bounded range:
+	// the JobListSearchRows newest jobs below the Cursor that the
+	// listing's indexes yield for the states and the queue (or else the
+	// kind), and lists the matches among them that the other filters
+	// keep. A page of a search may therefore hold fewer than Limit jobs,
+	// or none, and still have a Cursor: the next page searches older
+	// ones.
+	Search string
 	// Cursor, when set, is JobListPage.Cursor of the page before: the list
 	// goes on after that page's last job. Give it with the same filter.
 	Cursor string
@@ -45,9 +65,23 @@ type JobListPage struct {
 	// Jobs are the page's jobs, newest first.
 	Jobs []JobRecord
 	// Cursor is JobListFilter.Cursor for the next page; empty after the
-	// last page.
+	// last page. With a Search it goes on after the last job the page
+	// looked through, which may be older than its last job.
 	Cursor string
+	// Searched is, for a Search, how many jobs the page's range held
+	// (JobListFilter.Search): JobListSearchRows, unless fewer were left.
+	// A page that filled up with matches stopped before the range's end.
+	Searched int
 }
+
+// The bounds of JobListFilter.Search.
+const (
+	// JobListSearchMaxBytes is the longest Search, in bytes.
+	JobListSearchMaxBytes = 200
+	// JobListSearchRows is the most jobs one page of a Search looks
+	// through.
+	JobListSearchRows = 10_000
+)
 
 // JobList lists the jobs that filter selects, newest first, a page at a
 // time: from the jobs table (pending, scheduled, running, retrying, and
@@ -74,14 +108,17 @@ func (c *Client) JobListTx(ctx context.Context, db bun.IDB, filter JobListFilter
 	if err != nil {
 		return JobListPage{}, err
 	}
-	recs, err := c.listJobs(ctx, db, q)
+	recs, err := c.listJobs(ctx, db, &q)
 	if err != nil {
 		return JobListPage{}, fmt.Errorf("bunqueue: list jobs: %w", c.notMigrated(err))
 	}
-	page := JobListPage{Jobs: recs}
-	if len(recs) > q.list.Limit-1 { // each source read one more than the page
+	page := JobListPage{Jobs: recs, Searched: q.searched}
+	switch {
+	case len(recs) > q.list.Limit-1: // each source read one more than the page
 		page.Jobs = recs[:q.list.Limit-1]
 		page.Cursor = encodeCursor(page.Jobs[len(page.Jobs)-1].ID)
+	case q.list.FromID > 0: // a search's range ended before the jobs did
+		page.Cursor = encodeCursor(q.list.FromID)
 	}
 	return page, nil
 }
@@ -92,6 +129,7 @@ type jobListQuery struct {
 	list              jobsql.ListFilter // its Limit is the page's and one more
 	waiting, complete bool              // read the jobs table's waiting, completed jobs
 	failed            bool              // read the failed jobs
+	searched          int               // the jobs of a search's range (JobListPage.Searched)
 }
 
 // query checks f and returns what JobList reads, or an error that names
@@ -120,7 +158,11 @@ func (f JobListFilter) query() (jobListQuery, error) {
 		return bad("JobListFilter.CreatedBefore (%s) must be after CreatedFrom (%s)",
 			f.CreatedBefore.UTC().Format(time.RFC3339Nano), f.CreatedFrom.UTC().Format(time.RFC3339Nano))
 	}
-	q := jobListQuery{list: jobsql.ListFilter{Queue: f.Queue, Kind: f.Kind, CreatedFrom: f.CreatedFrom, CreatedBefore: f.CreatedBefore, Limit: f.Limit + 1}}
+	if err := checkSearch(f.Search); err != nil {
+		return bad("%w", err)
+	}
+	q := jobListQuery{list: jobsql.ListFilter{Queue: f.Queue, Kind: f.Kind, CreatedFrom: f.CreatedFrom, CreatedBefore: f.CreatedBefore,
+		Search: f.Search, Limit: f.Limit + 1}}
 	if f.Cursor != "" {
 		id, err := decodeCursor(f.Cursor)
 		if err != nil {
@@ -129,6 +171,14 @@ func (f JobListFilter) query() (jobListQuery, error) {
 		q.list.BeforeID = id
 	}
 	return q, q.states(f.States)
+}
+
+// checkSearch returns what makes s unfit for JobListFilter.Search.
+func checkSearch(s string) error {
+	if len(s) > JobListSearchMaxBytes {
+		return fmt.Errorf("JobListFilter.Search must be at most %d bytes, got %d", JobListSearchMaxBytes, len(s))
+	}
+	return checkText("JobListFilter.Search", s)
 }
 
 // waitingStates are the JobStates of the jobs table's waiting state.
@@ -173,8 +223,12 @@ func joinStates() string {
 }
 
 // listJobs reads up to the query's Limit jobs from each table and state
-// it names, and merges them, newest first: at most Limit of them.
-func (c *Client) listJobs(ctx context.Context, db bun.IDB, q jobListQuery) ([]JobRecord, error) {
+// it names, and merges them, newest first: at most Limit of them. For a
+// search, it reads those of the search's range alone.
+func (c *Client) listJobs(ctx context.Context, db bun.IDB, q *jobListQuery) ([]JobRecord, error) {
+	if found, err := c.searchRange(ctx, db, q); err != nil || !found {
+		return nil, err
+	}
 	jobs := c.jobSQL()
 	var recs []JobRecord
 	for _, read := range []struct {
@@ -211,6 +265,25 @@ func (c *Client) listJobs(ctx context.Context, db bun.IDB, q jobListQuery) ([]Jo
 	}
 	slices.SortStableFunc(recs, func(a, b JobRecord) int { return cmp.Compare(b.ID, a.ID) })
 	return recs[:min(len(recs), q.list.Limit)], nil
+}
+
+// searchRange narrows q, for a Search, to the range of jobs that one page
+// looks through (q.list.FromID, when the range ends before the jobs do),
+// and reports whether the range holds any; without a Search, true.
+func (c *Client) searchRange(ctx context.Context, db bun.IDB, q *jobListQuery) (bool, error) {
+	if q.list.Search == "" {
+		return true, nil
+	}
+	src := jobsql.Sources{Waiting: q.waiting, Completed: q.complete, Failed: q.failed}
+	r, err := c.jobSQL().SearchRange(ctx, db, src, q.list, JobListSearchRows)
+	if err != nil {
+		return false, err
+	}
+	q.searched = r.Rows
+	if r.Rows == JobListSearchRows {
+		q.list.FromID = r.Low
+	}
+	return r.Rows > 0, nil
 }
 
 // cursorPrefix marks the cursors of this version of JobList.

@@ -25,7 +25,7 @@ func (c *Client) checkListPlans(ctx context.Context) error {
 	if !c.runsJobs() {
 		return nil
 	}
-	for _, l := range c.jobSQL().Listings(c.firstJobQueue(), "bunqueue.plan-check", listPageSize) {
+	for _, l := range c.jobSQL().Listings(c.firstJobQueue(), "bunqueue.plan-check", listPageSize, JobListSearchRows) {
 		query := c.db.QueryGen().FormatQuery(l.Query, l.Args...)
 		plan, err := c.explainIndexed(ctx, query)
 		var msg string

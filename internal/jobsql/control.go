@@ -129,8 +129,12 @@ type ListFilter struct {
 	// at or after, and before, them.
 	CreatedFrom, CreatedBefore time.Time
 	// BeforeID, when positive, keeps only jobs whose id (job_id, of a
-	// failed job) is below it.
-	BeforeID int64
+	// failed job) is below it; FromID, when positive, only those at or
+	// above it.
+	BeforeID, FromID int64
+	// Search, when not empty, keeps only jobs whose args or error contain
+	// it, as Dialect.Contains compares.
+	Search string
 	// Limit is the most jobs read.
 	Limit int
 }
@@ -155,7 +159,19 @@ func (s SQL) where(f ListFilter, id string) ([]string, []any) {
 	if f.BeforeID > 0 {
 		where, args = append(where, id+" < ?"), append(args, f.BeforeID)
 	}
+	if f.FromID > 0 {
+		where, args = append(where, id+" >= ?"), append(args, f.FromID)
+	}
 	return where, args
+}
+
+// search returns f's condition on the args and the error column errCol,
+// and its arguments; none without a Search.
+func (s SQL) search(f ListFilter, errCol string) ([]string, []any) {
+	if f.Search == "" {
+		return nil, nil
+	}
+	return []string{"(" + s.d.Contains("args", true) + " OR " + s.d.Contains(errCol, false) + ")"}, []any{f.Search, f.Search}
 }
 
 // Listing is one statement of a job listing: its SQL, arguments, and
@@ -181,8 +197,15 @@ func (s SQL) ListJobs(ctx context.Context, db bun.IDB, state int, f ListFilter, 
 // one of the page before. The other conditions filter the rows that the
 // index yields.
 func (s SQL) JobsListing(state int, f ListFilter) Listing {
+	return s.jobsRead(state, f, s.JobColumns())
+}
+
+// jobsRead is JobsListing's statement, reading the columns cols.
+func (s SQL) jobsRead(state int, f ListFilter, cols string) Listing {
 	where, args := s.where(f, "id")
 	where, args = append([]string{"state = ?"}, where...), append([]any{state}, args...)
+	cond, cargs := s.search(f, "last_error")
+	where, args = append(where, cond...), append(args, cargs...)
 	if state == Waiting && len(f.Waiting) > 0 {
 		or := make([]string, len(f.Waiting))
 		for i, w := range f.Waiting {
@@ -197,7 +220,7 @@ func (s SQL) JobsListing(state int, f ListFilter) Listing {
 	case f.Kind != "":
 		index = ListKindIndex
 	}
-	q := "SELECT " + s.JobColumns() + " FROM " + Jobs + s.hint(index) + " WHERE " + strings.Join(where, " AND ") +
+	q := "SELECT " + cols + " FROM " + Jobs + s.hint(index) + " WHERE " + strings.Join(where, " AND ") +
 		" ORDER BY id DESC LIMIT " + strconv.Itoa(f.Limit)
 	return Listing{Query: q, Args: args, Index: index}
 }
@@ -214,7 +237,14 @@ func (s SQL) ListFailedJobs(ctx context.Context, db bun.IDB, f ListFilter, dest 
 // job_id), (kind, job_id) or (job_id) index backwards, as JobsListing
 // does.
 func (s SQL) FailedListing(f ListFilter) Listing {
+	return s.failedRead(f, FailedColumns)
+}
+
+// failedRead is FailedListing's statement, reading the columns cols.
+func (s SQL) failedRead(f ListFilter, cols string) Listing {
 	where, args := s.where(f, "job_id")
+	cond, cargs := s.search(f, "error")
+	where, args = append(where, cond...), append(args, cargs...)
 	index := FailedJobIDIndex
 	switch {
 	case f.Queue != "":
@@ -222,7 +252,7 @@ func (s SQL) FailedListing(f ListFilter) Listing {
 	case f.Kind != "":
 		index = FailedListKindIndex
 	}
-	q := "SELECT " + FailedColumns + " FROM " + Failed + s.hint(index)
+	q := "SELECT " + cols + " FROM " + Failed + s.hint(index)
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -232,12 +262,19 @@ func (s SQL) FailedListing(f ListFilter) Listing {
 
 // Listings returns a statement of each shape that JobList sends, one per
 // table, state and index, listing queue's jobs, or kind's, or all, one
-// page of limit, with a cursor: those the plan check explains.
-func (s SQL) Listings(queue, kind string, limit int) []Listing {
+// page of limit, with a cursor: those the plan check explains. With
+// them, the shapes of a search: each read of SearchRange's, of scan
+// rows, and each listing of a search's range.
+func (s SQL) Listings(queue, kind string, limit, scan int) []Listing {
 	filters := []ListFilter{{Queue: queue}, {Kind: kind}, {}}
 	var out []Listing
 	for _, f := range filters {
 		f.Limit, f.BeforeID = limit, 1<<62
+		out = append(out, s.JobsListing(Waiting, f), s.JobsListing(Completed, f), s.FailedListing(f))
+		ids := f
+		ids.Limit = scan
+		out = append(out, s.jobsRead(Waiting, ids, "id"), s.jobsRead(Completed, ids, "id"), s.failedRead(ids, "job_id AS id"))
+		f.Search, f.FromID = "bunqueue.plan-check", 1<<61
 		out = append(out, s.JobsListing(Waiting, f), s.JobsListing(Completed, f), s.FailedListing(f))
 	}
 	return out

@@ -218,6 +218,16 @@ func (MySQL) Time(t time.Time) string {
 	return "'" + t.UTC().Format("2006-01-02 15:04:05.999999") + "'"
 }
 
+// Contains implements Dialect: column and the text, as utf8mb4 (bytes of
+// a BLOB that are not UTF-8 become '?'), lower-cased by LOWER with the
+// case mapping of utf8mb4 (every cased letter, not only ASCII), and
+// found by LOCATE under utf8mb4_bin: code point by code point, so that
+// neither accents nor the server's default collation enter ("e" does not
+// find "é").
+func (MySQL) Contains(column string, _ bool) string {
+	return "LOCATE(LOWER(CONVERT(? USING utf8mb4)) COLLATE utf8mb4_bin, LOWER(CONVERT(" + column + " USING utf8mb4)) COLLATE utf8mb4_bin) > 0"
+}
+
 // SkipTakenKeys implements Dialect: none, the INSERT is a plain one.
 // IGNORE would turn every error of a row into a warning, not only a
 // duplicate key (a time out of range stored as 0000-00-00, a number

@@ -272,6 +272,28 @@ func (Postgres) NowPlus(d time.Duration) string {
 // compared with or stored in.
 func (Postgres) Time(t time.Time) string { return utcLiteral(t) }
 
+// Contains implements Dialect. A text column and the text are
+// lower-cased by lower(), which folds what the database's LC_CTYPE folds
+// (every cased letter under a UTF-8 locale, ASCII alone under C), and
+// found by strpos, character by character. A BYTEA column (args) is
+// matched on its bytes (binary): it and the text's UTF-8 are read as LATIN1, a
+// character a byte, which fails on no byte but NUL (not in JSON), and
+// translate folds ASCII letters alone, so that a byte of a UTF-8
+// sequence is never changed into another: "é" finds "é" only, and "É"
+// does not find it.
+func (Postgres) Contains(column string, binary bool) string {
+	if binary {
+		return "strpos(" + pgASCIILower("convert_from("+column+", 'LATIN1')") + ", " + pgASCIILower("convert_from(convert_to(?, 'UTF8'), 'LATIN1')") + ") > 0"
+	}
+	return "strpos(lower(" + column + "), lower(?)) > 0"
+}
+
+// pgASCIILower is the SQL of the text expr with its ASCII capitals
+// lower-cased, and nothing else changed.
+func pgASCIILower(expr string) string {
+	return "translate(" + expr + ", 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')"
+}
+
 // SkipTakenKeys implements Dialect. ON CONFLICT DO NOTHING skips a row
 // whose unique key is taken, and only that: other errors stay errors.
 func (Postgres) SkipTakenKeys() string { return " ON CONFLICT DO NOTHING" }

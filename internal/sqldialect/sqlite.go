@@ -331,6 +331,13 @@ func (SQLite) NowPlus(d time.Duration) string {
 // as text with the stored times and with Now.
 func (SQLite) Time(t time.Time) string { return utcLiteral(t) }
 
+// Contains implements Dialect: column (a BLOB read as its UTF-8 text)
+// and the text, lower-cased by lower(), which folds ASCII letters alone
+// (without the ICU extension), found by instr.
+func (SQLite) Contains(column string, _ bool) string {
+	return "instr(lower(CAST(" + column + " AS TEXT)), lower(?)) > 0"
+}
+
 // SkipTakenKeys implements Dialect. ON CONFLICT DO NOTHING skips a row
 // whose unique key is taken, and only that (INSERT OR IGNORE would skip
 // NOT NULL and CHECK failures too).
