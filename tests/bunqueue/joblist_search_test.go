@@ -3,6 +3,7 @@ package bunqueue_test
 import (
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -109,26 +110,11 @@ func TestJobListSearchInvalid(t *testing.T) {
 	require.NoError(t, err, "JobListSearchMaxBytes bytes")
 }
 
-// seriesSQL is a SELECT of the whole numbers 0 to n-1 as i, on every
-// server: decimal digits cross joined.
-func seriesSQL(n int) string {
-	digits := "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 " +
-		"UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9)"
-	var from, sum []string
-	for i, p := 0, 1; p < n; i, p = i+1, p*10 {
-		d := "d" + itoa(i)
-		from = append(from, digits+" AS "+d)
-		sum = append(sum, d+".d * "+itoa(p))
-	}
-	expr := strings.Join(sum, " + ")
-	return "SELECT " + expr + " AS i FROM " + strings.Join(from, " CROSS JOIN ") + " WHERE " + expr + " < " + itoa(n)
-}
-
 // fillSearch inserts n jobs of queue and kind, fast (INSERT ... SELECT):
 // job i has args {"n":i}, "needle" in them where needle(i), is completed
-// when i is odd, and moves to the failed jobs when i%5 == 0, with the
-// error "failed NEEDLE" when i%3000 == 0. Waiting jobs whose i%2200 == 2
-// have the last error "Needle in error".
+// when i is odd; one in 5 moves to the failed jobs, one in 3000 with the
+// error "failed NEEDLE". Jobs whose i%2200 == 2 have the last error
+// "Needle in error".
 func fillSearch(t *testing.T, db *bun.DB, queue, kind string, n int, needle string) {
 	t.Helper()
 	concat := func(parts ...string) string { return strings.Join(parts, " || ") }
@@ -147,37 +133,14 @@ func fillSearch(t *testing.T, db *bun.DB, queue, kind string, n int, needle stri
 	}
 	dbtest.Exec(t, db, "INSERT INTO bunqueue_jobs (queue, kind, args, state, max_attempts, run_at, created_at, completed_at, last_error) "+
 		"SELECT '"+queue+"', '"+kind+"', "+args+", i % 2, 3, "+nowSQL(db)+", "+nowSQL(db)+
-		", CASE WHEN i % 2 = 1 THEN "+nowSQL(db)+" END, CASE WHEN i % 2200 = 2 THEN 'Needle in error' END FROM ("+seriesSQL(n)+") AS s ORDER BY i")
-	// The jobs' i, from their ids in order, picks those that fail.
-	var ids []int64
-	require.NoError(t, db.NewRaw("SELECT id FROM bunqueue_jobs WHERE queue = ? ORDER BY id", queue).Scan(t.Context(), &ids))
-	require.Len(t, ids, n)
-	var fail, boom []any
-	for i, id := range ids {
-		if i%5 == 0 {
-			fail = append(fail, id)
-			if i%3000 == 0 {
-				boom = append(boom, id)
-			}
-		}
-	}
-	for len(fail) > 0 {
-		batch := fail[:min(len(fail), 500)]
-		fail = fail[len(batch):]
-		marks := strings.TrimSuffix(strings.Repeat("?, ", len(batch)), ", ")
-		_, err := db.NewRaw("INSERT INTO bunqueue_failed_jobs (job_id, queue, kind, args, priority, attempts, max_attempts, error, created_at, failed_at) "+
-			"SELECT id, queue, kind, args, priority, 3, 3, 'failed', created_at, "+nowSQL(db)+" FROM bunqueue_jobs WHERE id IN ("+marks+")", batch...).Exec(t.Context())
-		require.NoError(t, err)
-		_, err = db.NewRaw("DELETE FROM bunqueue_jobs WHERE id IN ("+marks+")", batch...).Exec(t.Context())
-		require.NoError(t, err)
-	}
-	for len(boom) > 0 {
-		batch := boom[:min(len(boom), 500)]
-		boom = boom[len(batch):]
-		_, err := db.NewRaw("UPDATE bunqueue_failed_jobs SET error = 'failed NEEDLE' WHERE job_id IN ("+
-			strings.TrimSuffix(strings.Repeat("?, ", len(batch)), ", ")+")", batch...).Exec(t.Context())
-		require.NoError(t, err)
-	}
+		", CASE WHEN i % 2 = 1 THEN "+nowSQL(db)+" END, CASE WHEN i % 2200 = 2 THEN 'Needle in error' END FROM ("+dbtest.Series(n)+") AS s ORDER BY i")
+	// The jobs' ids from the first, k, pick those that fail.
+	first := int64(count(t, db, "SELECT MIN(id) FROM bunqueue_jobs WHERE queue = ?", queue))
+	k := "(id - " + strconv.FormatInt(first, 10) + ")"
+	dbtest.Exec(t, db, "INSERT INTO bunqueue_failed_jobs (job_id, queue, kind, args, priority, attempts, max_attempts, error, created_at, failed_at) "+
+		"SELECT id, queue, kind, args, priority, 3, 3, CASE WHEN "+k+" % 3000 = 0 THEN 'failed NEEDLE' ELSE 'failed' END, created_at, "+nowSQL(db)+
+		" FROM bunqueue_jobs WHERE queue = '"+queue+"' AND "+k+" % 5 = 0",
+		"DELETE FROM bunqueue_jobs WHERE queue = '"+queue+"' AND "+k+" % 5 = 0")
 }
 
 // matching returns the jobs of all whose args or error contain needle,
@@ -258,7 +221,8 @@ func TestJobListSearchPages(t *testing.T) {
 
 // On a million jobs (BUNQUEUE_LONG=1), a page of a search that matches
 // nothing looks through JobListSearchRows jobs and returns, with a
-// Cursor; its time is logged, not asserted.
+// Cursor; its time is logged, not asserted. (The statements' plans are
+// those TestStartChecksJobListPlans requires, through the indexes.)
 func TestJobListSearchMillion(t *testing.T) {
 	if os.Getenv("BUNQUEUE_LONG") != "1" {
 		t.Skip("BUNQUEUE_LONG=1 inserts a million jobs")
@@ -281,7 +245,7 @@ func TestJobListSearchMillion(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, bunqueue.JobListSearchRows, page.Searched)
 				require.NotEmpty(t, page.Cursor)
-				t.Logf("%s: a page of %+v: %d jobs, %d looked through, in %s", srv.Name, f, len(page.Jobs), page.Searched, took.Round(time.Microsecond))
+				t.Logf("%s: a page of queue %q, search %q: %d jobs, %d looked through, in %s", srv.Name, f.Queue, f.Search, len(page.Jobs), page.Searched, took.Round(time.Microsecond))
 			}
 		}
 	})
