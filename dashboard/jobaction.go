@@ -15,6 +15,12 @@ import (
 // maxSelected is the most jobs one POST job-action acts on.
 const maxSelected = 1000
 
+// maxSearched is the most jobs that a filter-wide action with a search
+// looks through (JobListPage.Searched, over its pages), newest first:
+// a search is served by no index, so the selection of one action is
+// bounded as a page is.
+const maxSearched = 10 * bunqueue.JobListSearchRows
+
 // JobActionResult is the answer to POST job-action, as JSON for a request
 // that accepts application/json.
 type JobActionResult struct {
@@ -104,8 +110,9 @@ func (h *handler) check(r *http.Request, action string) (int, string) {
 
 // selection returns the ids the form selects: its ids, or, when its
 // field matching is set, those of the first maxSelected jobs that its
-// filter (state, queue, kind) matches, newest first, read with JobList
-// before any is acted on.
+// filter (state, queue, kind, search) matches, newest first, read with
+// JobList before any is acted on; with a search, among the newest
+// maxSearched jobs.
 func (h *handler) selection(r *http.Request) ([]int64, error) {
 	if r.PostFormValue("matching") == "" {
 		return formIDs(r.PostForm["id"])
@@ -114,12 +121,10 @@ func (h *handler) selection(r *http.Request) ([]int64, error) {
 	if f.Invalid != "" {
 		return nil, errors.New(f.Invalid)
 	}
-	filter := bunqueue.JobListFilter{Queue: f.Queue, Kind: f.Kind, Limit: maxSelected}
-	if f.State != "" {
-		filter.States = []bunqueue.JobState{f.State}
-	}
+	filter := f.list(maxSelected)
+	filter.Cursor = ""
 	var ids []int64
-	for len(ids) < maxSelected {
+	for searched := 0; len(ids) < maxSelected && searched < maxSearched; {
 		filter.Limit = maxSelected - len(ids)
 		page, err := h.client.JobList(r.Context(), filter)
 		if err != nil {
@@ -128,6 +133,7 @@ func (h *handler) selection(r *http.Request) ([]int64, error) {
 		for _, j := range page.Jobs {
 			ids = append(ids, j.ID)
 		}
+		searched += page.Searched
 		if page.Cursor == "" {
 			break
 		}

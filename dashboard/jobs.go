@@ -23,12 +23,14 @@ var browserStates = []bunqueue.JobState{
 const prevKept = 50
 
 // JobsFilter selects a page of the job browser: the query parameters
-// state, queue, kind, id, cursor and prev of GET jobs.
+// state, queue, kind, search, id, cursor and prev of GET jobs.
 type JobsFilter struct {
 	// State is one of the JobStates, or "" for all.
 	State bunqueue.JobState
 	Queue string
 	Kind  string
+	// Search is JobListFilter.Search: a text of the jobs' args or errors.
+	Search string
 	// ID, when set, shows that job alone (JobGet).
 	ID int64
 	// Cursor is the page's JobListFilter.Cursor; "" for the first page.
@@ -42,7 +44,7 @@ type JobsFilter struct {
 
 // jobsFilterOf reads the job browser's filter of q.
 func jobsFilterOf(q url.Values) JobsFilter {
-	f := JobsFilter{Queue: q.Get("queue"), Kind: q.Get("kind"), Cursor: q.Get("cursor"), Prev: q["prev"]}
+	f := JobsFilter{Queue: q.Get("queue"), Kind: q.Get("kind"), Search: q.Get("search"), Cursor: q.Get("cursor"), Prev: q["prev"]}
 	if s := bunqueue.JobState(q.Get("state")); slices.Contains(browserStates, s) {
 		f.State = s
 	} else if s != "" {
@@ -65,7 +67,7 @@ func jobsFilterOf(q url.Values) JobsFilter {
 // on the page of cursor, with prev before it.
 func (f JobsFilter) href(cursor string, prev []string) string {
 	q := url.Values{}
-	for k, v := range map[string]string{"state": string(f.State), "queue": f.Queue, "kind": f.Kind, "cursor": cursor} {
+	for k, v := range map[string]string{"state": string(f.State), "queue": f.Queue, "kind": f.Kind, "search": f.Search, "cursor": cursor} {
 		if v != "" {
 			q.Set(k, v)
 		}
@@ -83,17 +85,27 @@ func (f JobsFilter) href(cursor string, prev []string) string {
 }
 
 // Tab returns the address of the tab of state ("" for all), with the
-// filter's queue and kind, on its first page.
+// filter's queue, kind and search, on its first page.
 func (f JobsFilter) Tab(state bunqueue.JobState) string {
-	return JobsFilter{State: state, Queue: f.Queue, Kind: f.Kind}.href("", nil)
+	return JobsFilter{State: state, Queue: f.Queue, Kind: f.Kind, Search: f.Search}.href("", nil)
 }
 
 // Cleared returns the address of the filter's tab without its queue,
-// kind and id.
+// kind, search and id.
 func (f JobsFilter) Cleared() string { return JobsFilter{State: f.State}.href("", nil) }
 
 // Self returns the address of the page f shows.
 func (f JobsFilter) Self() string { return f.href(f.Cursor, f.Prev) }
+
+// list returns the JobListFilter of f's tab and filter, on the page of
+// its Cursor, of limit jobs.
+func (f JobsFilter) list(limit int) bunqueue.JobListFilter {
+	filter := bunqueue.JobListFilter{Queue: f.Queue, Kind: f.Kind, Search: f.Search, Cursor: f.Cursor, Limit: limit}
+	if f.State != "" {
+		filter.States = []bunqueue.JobState{f.State}
+	}
+	return filter
+}
 
 // jobsView is what the job browser's template gets.
 type jobsView struct {
@@ -104,13 +116,19 @@ type jobsView struct {
 	Error  string
 	// Next, Previous and Newest are the addresses of those pages, or "".
 	Next, Previous, Newest string
+	// Searched, for a page of a search that its range ended short of
+	// the page size, is how many jobs it looked through, as text; or "".
+	Searched string
+	// MatchingSearched is maxSearched, as text, for the filter-wide
+	// action's words.
+	MatchingSearched string
 }
 
 // jobs serves GET jobs: a page of jobs, newest first, by JobList (or
 // JobGet, for an id).
 func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 	f := jobsFilterOf(r.URL.Query())
-	v := &jobsView{frame: h.frame(w, r, "jobs"), Filter: f, States: browserStates}
+	v := &jobsView{frame: h.frame(w, r, "jobs"), Filter: f, States: browserStates, MatchingSearched: thousands(maxSearched)}
 	if f.Invalid != "" {
 		v.Error = f.Invalid
 		h.renderStatus(w, http.StatusBadRequest, "jobs", v)
@@ -121,17 +139,21 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 		h.render(w, "jobs", v)
 		return
 	}
-	filter := bunqueue.JobListFilter{Queue: f.Queue, Kind: f.Kind, Cursor: f.Cursor, Limit: h.opts.PageSize}
-	if f.State != "" {
-		filter.States = []bunqueue.JobState{f.State}
+	page, err := h.client.JobList(r.Context(), f.list(h.opts.PageSize))
+	if errors.Is(err, bunqueue.ErrInvalidFilter) {
+		v.Error = err.Error()
+		h.renderStatus(w, http.StatusBadRequest, "jobs", v)
+		return
 	}
-	page, err := h.client.JobList(r.Context(), filter)
 	if err != nil {
 		v.Error = jobsError(err)
 		h.render(w, "jobs", v)
 		return
 	}
 	v.Jobs = page.Jobs
+	if f.Search != "" && page.Cursor != "" && len(page.Jobs) < h.opts.PageSize {
+		v.Searched = thousands(page.Searched)
+	}
 	if page.Cursor != "" {
 		v.Next = f.href(page.Cursor, append(f.Prev[:len(f.Prev):len(f.Prev)], f.Cursor))
 	}
@@ -163,6 +185,15 @@ func jobsError(err error) string {
 			"run bunqueue.Migrate or `bunqueue migrate`."
 	}
 	return err.Error()
+}
+
+// thousands returns n with a comma between each group of three digits.
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 // when returns the time a job's row shows: when it completed, runs or

@@ -125,3 +125,41 @@ func TestJobPagesInBrowser(t *testing.T) {
 	require.True(t, strings.HasPrefix(text(".empty"), "No jobs pending"), text(".empty"))
 	checkConsole()
 }
+
+// The search box in headless Chromium: a text typed in with the queue
+// finds nothing in the newest range of filler jobs and says so, Next
+// finds the older job whose args hold it; the box keeps the text.
+func TestJobSearchInBrowser(t *testing.T) {
+	browser := chromium()
+	if browser == "" {
+		t.Skip("no Chromium found (install the Debian package chromium, or set BUNQUEUE_CHROMIUM): the browser test does not run")
+	}
+	f := setupJobs(t, &dashboard.Options{AllowActions: true, Title: "Shop queues"})
+	res, err := f.client.Enqueue(t.Context(), f.db, orderArgs{Name: "Blue Widget"}, &bunqueue.EnqueueOpts{Queue: f.queue})
+	require.NoError(t, err)
+	f.fillOrders(t, bunqueue.JobListSearchRows+10)
+	ctx, checkConsole := startBrowser(t, browser)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Navigate(f.srv.URL+"/ops/jobs"),
+		chromedp.WaitVisible(chromedp.ID("search")),
+		chromedp.SetValue(chromedp.CSS(`#filter input[name=queue]`), f.queue),
+		chromedp.SendKeys(chromedp.ID("search"), "blue WIDGET\r"),
+		chromedp.WaitVisible(chromedp.ID("searched")),
+	))
+	said, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("searched")))
+	require.NoError(t, err)
+	require.Equal(t, "Searched 10,000 jobs; Next searches older ones.", said)
+	screenshot(t, ctx, "jobs-search")
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.ID("next")),
+		chromedp.WaitVisible(chromedp.ID(fmt.Sprintf("job-%d", res.ID))),
+	))
+	kept, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("search").value`))
+	require.NoError(t, err)
+	require.Equal(t, "blue WIDGET", kept)
+	found, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("table.joblist tbody tr").length`))
+	require.NoError(t, err)
+	require.Equal(t, 1, found, "the job whose args hold the text, alone")
+	screenshot(t, ctx, "jobs-search-found")
+	checkConsole()
+}

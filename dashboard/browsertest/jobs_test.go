@@ -316,3 +316,68 @@ func TestJobActionOnFilter(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, status)
 	require.Contains(t, page, "The state &#34;waiting&#34; is not one of")
 }
+
+// fillOrders inserts n jobs of f's queue, newer than its own, whose
+// args are {"name":"filler"}, in one INSERT ... SELECT.
+func (f *jobsFixture) fillOrders(t *testing.T, n int) {
+	t.Helper()
+	_, err := f.db.NewRaw("INSERT INTO bunqueue_jobs (queue, kind, args, state, max_attempts, run_at, created_at) "+
+		"SELECT ?, 'browser_order', '{\"name\":\"filler\"}', 0, 3, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP FROM ("+dbtest.Series(n)+") AS s",
+		f.queue).Exec(t.Context())
+	require.NoError(t, err)
+}
+
+// The search box: it finds a job by its args or its error, % and _ as
+// written; the tabs, Next and the filter-wide action keep it; a page
+// whose search range ended before the jobs did says how many it looked
+// through, and its Next finds the older match; a bad search is a 400
+// that names the field.
+func TestJobBrowserSearch(t *testing.T) {
+	f := setupJobs(t, &dashboard.Options{AllowActions: true, PageSize: 2})
+	res, err := f.client.Enqueue(t.Context(), f.db, orderArgs{Name: "Needle 100%_off"}, &bunqueue.EnqueueOpts{Queue: f.queue})
+	require.NoError(t, err)
+	needle := res.ID
+	f.fillOrders(t, bunqueue.JobListSearchRows+10)
+
+	status, page := f.get(t, "jobs?queue="+f.queue+"&search="+url.QueryEscape("needle 100%_"))
+	require.Equal(t, http.StatusOK, status)
+	require.Empty(t, rowIDs(t, page), "the newest range holds filler alone")
+	require.Contains(t, page, `value="needle 100%_"`, "the box keeps the text")
+	require.Contains(t, page, "No jobs on this page.")
+	require.Contains(t, page, "Searched 10,000 jobs; Next searches older ones.")
+	require.Contains(t, html.UnescapeString(link(t, page, "clear")), "jobs")
+	next := link(t, page, "next")
+	require.Contains(t, next, "search=needle+100%25_")
+	_, page = f.get(t, next)
+	require.Equal(t, []int64{needle}, rowIDs(t, page), "Next searches the older jobs")
+	require.NotContains(t, page, `id="searched"`, "the range reached the end")
+	require.NotContains(t, page, `id="next"`)
+	require.Contains(t, page, `<input type="hidden" name="search" value="needle 100%_">`, "the filter-wide action's filter")
+	require.Contains(t, page, "(the first 1,000, among the newest 100,000 jobs the search looks through)")
+	for _, tab := range regexp.MustCompile(`<a href="([^"]*)" data-state=`).FindAllStringSubmatch(page, -1) {
+		require.Contains(t, html.UnescapeString(tab[1]), "search=needle", "the tabs keep the search")
+	}
+
+	_, page = f.get(t, "jobs?queue="+f.queue+"&search=100x")
+	require.NotContains(t, page, fmt.Sprintf(`id="job-%d"`, needle), "% is no wildcard")
+	// A failed job's error, in either case.
+	_, page = f.get(t, "jobs?state=failed&queue="+f.queue+"&search=CANCELLED+WITH")
+	require.Equal(t, []int64{f.failed}, rowIDs(t, page))
+
+	status, page = f.get(t, "jobs?search="+url.QueryEscape(strings.Repeat("x", bunqueue.JobListSearchMaxBytes+1)))
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, page, "JobListFilter.Search must be at most 200 bytes")
+
+	// Everything the search matches, past the first range: the needle
+	// alone is cancelled.
+	status, act := f.post(t, url.Values{"action": {"cancel"}, "matching": {"1"}, "queue": {f.queue}, "search": {"NEEDLE"}}, nil)
+	require.Equal(t, http.StatusOK, status, "%+v", act)
+	require.Len(t, act.Jobs, 1)
+	require.Equal(t, needle, act.Jobs[0].ID)
+	rec, err := f.client.JobGet(t.Context(), needle)
+	require.NoError(t, err)
+	require.Equal(t, bunqueue.JobStateFailed, rec.State)
+	status, act = f.post(t, url.Values{"action": {"cancel"}, "matching": {"1"}, "queue": {f.queue}, "search": {"a\x00"}}, nil)
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Contains(t, act.Error, "JobListFilter.Search must not contain a NUL byte")
+}
