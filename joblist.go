@@ -33,8 +33,8 @@ type JobListFilter struct {
 	// at or after CreatedFrom and before CreatedBefore.
 	CreatedFrom   time.Time
 	CreatedBefore time.Time
-	// Search, when set, keeps only the jobs whose args or error (a
-	// waiting job's last error, a failed job's error) contain it, as
+	// Search, when set, keeps only the jobs whose args or error (the
+	// jobs table's last error, a failed job's error) contain it, as
 	// written: % and _ are no wildcards. ASCII letters match either case
 	// on every server; further, MySQL and MariaDB fold every letter of
 	// args and error (LOWER of utf8mb4, compared code point by code
@@ -93,9 +93,11 @@ const (
 // range, a kind with a queue, and the waiting states (pending, scheduled,
 // running, retrying, all in the jobs table's waiting state) filter the
 // rows those indexes yield, so a page of rare ones among many reads
-// more. A listing is not a snapshot: a job that moves between tables
-// while the pages are read (it fails, or is cancelled) may be listed
-// twice or missed; JobListTx in a REPEATABLE READ transaction reads one
+// more. A Search reads, per page, a range of at most JobListSearchRows
+// jobs along those indexes, and the matches within it (see
+// JobListFilter.Search). A listing is not a snapshot: a job that moves
+// between tables while the pages are read (it fails, or is cancelled)
+// may be listed twice or missed; JobListTx in a REPEATABLE READ transaction reads one
 // snapshot on MySQL and PostgreSQL.
 func (c *Client) JobList(ctx context.Context, filter JobListFilter) (JobListPage, error) {
 	return c.JobListTx(ctx, c.db, filter)
@@ -286,7 +288,9 @@ func (c *Client) searchRange(ctx context.Context, db bun.IDB, q *jobListQuery) (
 	return r.Rows > 0, nil
 }
 
-// cursorPrefix marks the cursors of this version of JobList.
+// cursorPrefix marks the cursors of this version of JobList. A cursor is
+// an id that the next page's jobs are below: the page's last job, or the
+// last one that a search's range held.
 const cursorPrefix = "j1:"
 
 // encodeCursor returns the cursor of the page after the job id.
