@@ -40,7 +40,8 @@ type JobListFilter struct {
 	// args and error (LOWER of utf8mb4, compared code point by code
 	// point, so that "e" does not find "é"), PostgreSQL every letter of
 	// the error that the database's LC_CTYPE folds and ASCII letters
-	// alone in args, SQLite ASCII letters alone. Args are searched as
+	// alone in args (and args with a NUL byte, not JSON, not at all),
+	// SQLite ASCII letters alone. Args are searched as
 	// they are stored, the JSON that encoding/json wrote ({"a":1}, no
 	// spaces, non-ASCII as UTF-8, and <, >, & as \u003c, \u003e,
 	// \u0026). At most JobListSearchMaxBytes bytes of UTF-8, no NUL.

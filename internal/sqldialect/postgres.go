@@ -275,15 +275,17 @@ func (Postgres) Time(t time.Time) string { return utcLiteral(t) }
 // Contains implements Dialect. A text column and the text are
 // lower-cased by lower(), which folds what the database's LC_CTYPE folds
 // (every cased letter under a UTF-8 locale, ASCII alone under C), and
-// found by strpos, character by character. A BYTEA column (args) is
-// matched on its bytes (binary): it and the text's UTF-8 are read as LATIN1, a
-// character a byte, which fails on no byte but NUL (not in JSON), and
-// translate folds ASCII letters alone, so that a byte of a UTF-8
-// sequence is never changed into another: "é" finds "é" only, and "É"
-// does not find it.
+// found by strpos, character by character. A BYTEA column (binary, the
+// args) is matched on its bytes: it and the text's UTF-8 are read as
+// LATIN1, a character a byte, and translate folds ASCII letters alone,
+// so that a byte of a UTF-8 sequence is never changed into another: "é"
+// finds "é" only, and "É" does not find it. LATIN1 takes every byte but
+// NUL, which JSON never holds raw: a value with one is not searched,
+// rather than fail the statement.
 func (Postgres) Contains(column string, binary bool) string {
 	if binary {
-		return "strpos(" + pgASCIILower("convert_from("+column+", 'LATIN1')") + ", " + pgASCIILower("convert_from(convert_to(?, 'UTF8'), 'LATIN1')") + ") > 0"
+		return "CASE WHEN position('\\x00'::bytea IN " + column + ") = 0 THEN strpos(" + pgASCIILower("convert_from("+column+", 'LATIN1')") + ", " +
+			pgASCIILower("convert_from(convert_to(?, 'UTF8'), 'LATIN1')") + ") > 0 END"
 	}
 	return "strpos(lower(" + column + "), lower(?)) > 0"
 }

@@ -88,6 +88,16 @@ func TestJobListSearch(t *testing.T) {
 			require.Equal(t, []int64{cafe}, searchIDs(t, c, queue, "CAFÉ"), "MySQL folds every letter")
 		}
 		require.Empty(t, searchIDs(t, c, queue, "cafe"), "no accent folding")
+		// Args that are no JSON, with a NUL byte, written by hand: the
+		// search does not fail; PostgreSQL does not search those args.
+		nul := one("nul")
+		_, err = db.NewRaw("UPDATE bunqueue_jobs SET args = ? WHERE id = ?", []byte("{\"s\":\"nul\x00Hello\"}"), nul).Exec(t.Context())
+		require.NoError(t, err)
+		want := []int64{nul, hello}
+		if srv.Name == "postgres" {
+			want = []int64{hello}
+		}
+		require.Equal(t, want, searchIDs(t, c, queue, "hello"))
 		// With the states and kind filters.
 		page, err := c.JobList(t.Context(), bunqueue.JobListFilter{Queue: queue, Kind: (searchArgs{}).Kind(), Search: "o",
 			States: []bunqueue.JobState{bunqueue.JobStateFailed, bunqueue.JobStateRetrying, bunqueue.JobStateCompleted}})
