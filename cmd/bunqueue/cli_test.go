@@ -357,6 +357,13 @@ func testJobCommands(t *testing.T, bin, dsn string) {
 	require.Nil(t, page.NextCursor)
 	require.JSONEq(t, `{"n":0}`, string(page.Jobs[0].Args))
 
+	stdout, stderr, code = runBinary(t, bin, "job", "list", "--dsn", dsn, "--json", "--queue", queue, "--search", `"N":1}`)
+	require.Equal(t, exitOK, code, stderr)
+	require.NoError(t, json.Unmarshal([]byte(stdout), &page), stdout)
+	require.Len(t, page.Jobs, 1, "the job whose args hold the text, either case")
+	require.Equal(t, ids[1], strconv.FormatInt(page.Jobs[0].ID, 10))
+	require.Equal(t, 3, page.Searched)
+
 	stdout, stderr, code = runBinary(t, bin, "job", "run-now", "--dsn", dsn, ids[0])
 	require.Equal(t, exitOK, code, stderr)
 	require.Equal(t, "job "+ids[0]+" is due now\n", stdout)
@@ -388,7 +395,7 @@ func testJobCommands(t *testing.T, bin, dsn string) {
 	require.Equal(t, bunqueue.JobStatePending, shown[0].State)
 
 	for _, args := range [][]string{{"job"}, {"job", "frob"}, {"job", "cancel"}, {"job", "get", "x"},
-		{"job", "list", "--limit", "0"}, {"job", "list", "--state", "done"}, {"job", "list", "--from", "yesterday"}} {
+		{"job", "list", "--limit", "0"}, {"job", "list", "--state", "done"}, {"job", "list", "--from", "yesterday"}, {"job", "list", "--search", "\xff"}} {
 		_, stderr, code := runBinary(t, bin, append(args, "--dsn", dsn)...)
 		require.Equal(t, exitUsage, code, "%v: %s", args, stderr)
 		require.NotEmpty(t, stderr, "%v", args)

@@ -66,6 +66,8 @@ type jobList struct {
 	// NextCursor is the --cursor of the next page, or null after the last
 	// page.
 	NextCursor *string `json:"next_cursor"`
+	// Searched is, with --search, how many jobs the page looked through.
+	Searched int `json:"searched,omitempty"`
 }
 
 // jobActionResult is one id's result of job cancel, delete or run-now,
@@ -116,9 +118,9 @@ func runJob(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // jobListFlags are the flags of job list.
 type jobListFlags struct {
-	dsn, queue, kind, states, from, before, cursor *string
-	limit                                          *int
-	asJSON                                         *bool
+	dsn, queue, kind, states, from, before, search, cursor *string
+	limit                                                  *int
+	asJSON                                                 *bool
 }
 
 func newJobListFlags(fs *flag.FlagSet) jobListFlags {
@@ -130,6 +132,7 @@ func newJobListFlags(fs *flag.FlagSet) jobListFlags {
 		states: fs.String("state", "", "only jobs in these states, comma-separated: pending, scheduled, running, retrying, completed, failed"),
 		from:   fs.String("from", "", "only jobs created at or after this time (RFC 3339)"),
 		before: fs.String("before", "", "only jobs created before this time (RFC 3339)"),
+		search: fs.String("search", "", "only jobs whose args or error contain this text (ASCII letters in either case); a page looks through at most 10,000 jobs"),
 		cursor: fs.String("cursor", "", "the next page after the page that printed this cursor"),
 		limit:  fs.Int("limit", 20, "the most jobs listed, 1 to 1000"),
 	}
@@ -137,7 +140,7 @@ func newJobListFlags(fs *flag.FlagSet) jobListFlags {
 
 // filter returns the flags as a JobListFilter, or a usage error.
 func (f jobListFlags) filter() (bunqueue.JobListFilter, error) {
-	filter := bunqueue.JobListFilter{Queue: *f.queue, Kind: *f.kind, Cursor: *f.cursor, Limit: *f.limit}
+	filter := bunqueue.JobListFilter{Queue: *f.queue, Kind: *f.kind, Search: *f.search, Cursor: *f.cursor, Limit: *f.limit}
 	if *f.limit < 1 || *f.limit > 1000 {
 		return filter, errors.New("--limit must be within 1..1000")
 	}
@@ -166,7 +169,7 @@ func runJobList(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	flags := newJobListFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: bunqueue job list [--dsn DSN] [--json] [--queue NAME] [--kind KIND] [--state S,...]")
-		fmt.Fprintln(stderr, "                         [--from TIME] [--before TIME] [--cursor C] [--limit N]")
+		fmt.Fprintln(stderr, "                         [--from TIME] [--before TIME] [--search TEXT] [--cursor C] [--limit N]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Lists jobs, newest first, from the jobs table and the failed jobs: id, queue, kind,")
 		fmt.Fprintln(stderr, "state, attempts, when created, and the first line of the last error.")
@@ -204,7 +207,7 @@ func printJobList(stdout, stderr io.Writer, page bunqueue.JobListPage, asJSON bo
 		next = &page.Cursor
 	}
 	if asJSON {
-		out := jobList{Jobs: make([]jobRecord, len(page.Jobs)), NextCursor: next}
+		out := jobList{Jobs: make([]jobRecord, len(page.Jobs)), NextCursor: next, Searched: page.Searched}
 		for i := range page.Jobs {
 			out.Jobs[i] = toJobRecord(&page.Jobs[i])
 		}
@@ -213,8 +216,13 @@ func printJobList(stdout, stderr io.Writer, page bunqueue.JobListPage, asJSON bo
 		}
 		return exitOK
 	}
-	if len(page.Jobs) == 0 {
+	if len(page.Jobs) == 0 && next == nil {
 		fmt.Fprintln(stdout, "no jobs")
+		return exitOK
+	}
+	if len(page.Jobs) == 0 {
+		fmt.Fprintf(stdout, "no jobs among the %d searched\n", page.Searched)
+		fmt.Fprintf(stdout, "\nmore may follow: add --cursor %s to search older ones\n", *next)
 		return exitOK
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
