@@ -1,6 +1,7 @@
 package bunqueue_test
 
 import (
+	"database/sql"
 	"os"
 	"slices"
 	"strconv"
@@ -258,5 +259,58 @@ func TestJobListSearchMillion(t *testing.T) {
 				t.Logf("%s: a page of queue %q, search %q: %d jobs, %d looked through, in %s", srv.Name, f.Queue, f.Search, len(page.Jobs), page.Searched, took.Round(time.Microsecond))
 			}
 		}
+	})
+}
+
+// Read in one snapshot (JobListTx in a REPEATABLE READ transaction), a
+// search's pages list exactly the matches of that snapshot, once each,
+// while another pool cancels matching jobs (they move to the failed
+// jobs, keeping their ids), deletes some and enqueues new matches.
+func TestJobListSearchSnapshot(t *testing.T) {
+	onServers(t, func(t *testing.T, srv dbtest.Server) {
+		if srv.Name == "sqlite" {
+			t.Skip("one writer at a time: the test's writes would wait for the reading transaction")
+		}
+		_, _, queue := ctlSetup(t, srv, bunqueue.ModeLock)
+		db := srv.Open(t, 0)
+		c := jobsTestClient(t, db, bunqueue.Config{JobQueues: map[string]bunqueue.JobQueueConfig{queue: {}}})
+		other := srv.Open(t, 0)
+		oc := jobsTestClient(t, other, bunqueue.Config{JobQueues: map[string]bunqueue.JobQueueConfig{queue: {}}})
+		kind := dbtest.Name("bq_test_search_kind")
+		fillSearch(t, db, queue, kind, 2*bunqueue.JobListSearchRows+5000, "i % 97 = 0")
+
+		tx, err := db.BeginTx(t.Context(), &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback() }()
+		all := walkTx(t, c, tx, bunqueue.JobListFilter{Queue: queue, Limit: 1000})
+		want := matching(all, "needle")
+		require.Greater(t, len(want), 100)
+
+		var cancelled, deleted int
+		for _, j := range all {
+			if j.State == bunqueue.JobStateFailed || !strings.Contains(string(j.Args), "NeedLe") {
+				continue
+			}
+			var err error
+			if (cancelled+deleted)%2 == 0 && j.State != bunqueue.JobStateCompleted {
+				_, err = oc.JobCancel(t.Context(), j.ID)
+				cancelled++
+			} else {
+				err = oc.JobDelete(t.Context(), j.ID)
+				deleted++
+			}
+			require.NoError(t, err)
+		}
+		for range 20 {
+			enqueueOne(t, oc, other, searchArgs{S: "late needle"}, &bunqueue.EnqueueOpts{Queue: queue})
+		}
+		require.Positive(t, cancelled)
+		require.Positive(t, deleted)
+
+		got := walkTx(t, c, tx, bunqueue.JobListFilter{Queue: queue, Search: "needle", Limit: 7})
+		require.Equal(t, want, recIDs(got), "the snapshot's matches")
+		require.NoError(t, tx.Commit())
+		now := walk(t, c, bunqueue.JobListFilter{Queue: queue, Search: "needle", Limit: 7})
+		require.NotEqual(t, want, recIDs(now), "outside the snapshot, the changes show")
 	})
 }

@@ -49,9 +49,18 @@ func (l *listQueries) take() []string {
 // first, each once.
 func walk(t *testing.T, c *bunqueue.Client, filter bunqueue.JobListFilter) []bunqueue.JobRecord {
 	t.Helper()
+	return walkTx(t, c, nil, filter)
+}
+
+// walkTx is walk through tx, with JobListTx; with JobList if tx is nil.
+func walkTx(t *testing.T, c *bunqueue.Client, tx bun.IDB, filter bunqueue.JobListFilter) []bunqueue.JobRecord {
+	t.Helper()
 	var all []bunqueue.JobRecord
 	for pages := 0; ; pages++ {
 		page, err := c.JobList(t.Context(), filter)
+		if tx != nil {
+			page, err = c.JobListTx(t.Context(), tx, filter)
+		}
 		require.NoError(t, err)
 		require.LessOrEqual(t, len(page.Jobs), max(filter.Limit, 1))
 		for _, j := range page.Jobs {
