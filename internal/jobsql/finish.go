@@ -71,26 +71,35 @@ func (s SQL) Snooze(ctx context.Context, db bun.IDB, id int64, token string, att
 }
 
 // ScheduleRetry records a failed attempt of the job id, attempts and its
-// error, and schedules the next attempt after wait, ending its lease;
-// with a lease token, only while the job is leased with it. It reports
-// whether it changed the job.
+// error, as its last error and at the end of its attempt errors, and
+// schedules the next attempt after wait, ending its lease; with a lease
+// token, only while the job is leased with it. It reports whether it
+// changed the job.
 func (s SQL) ScheduleRetry(ctx context.Context, db bun.IDB, id int64, token string, attempts int, lastError string, wait time.Duration) (bool, error) {
 	where, args := byLease(id, token)
-	return affected(db.NewRaw("UPDATE "+Jobs+" SET attempts = ?, lease_token = NULL, last_error = ?, run_at = "+s.d.NowPlus(wait)+" WHERE "+where,
-		append([]any{attempts, lastError}, args...)...).Exec(ctx))
+	return affected(db.NewRaw("UPDATE "+Jobs+" SET attempts = ?, lease_token = NULL, last_error = ?, "+
+		AttemptErrorsColumn+" = "+s.appendAttempt()+", run_at = "+s.d.NowPlus(wait)+" WHERE "+where,
+		append([]any{attempts, lastError, attempts, attemptText(lastError)}, args...)...).Exec(ctx))
 }
 
-// MoveToFailed moves the job id to the failed jobs, with attempts and the
-// error of its last attempt; with a lease token, only while the job is
-// leased with it. Its payload is copied in SQL, byte for byte. It runs
-// two statements: db must be a transaction, or the job could be in both
-// tables. It reports whether it moved the job.
-func (s SQL) MoveToFailed(ctx context.Context, db bun.IDB, id int64, token string, attempts int, errorText string) (bool, error) {
+// MoveToFailed moves the job id to the failed jobs, with attempts and
+// errorText, the error it failed with, and its attempt errors; when
+// attempted, the failure ends attempt number attempts, which they gain
+// at their end (a job cancelled between its attempts gains none). With a
+// lease token, only while the job is leased with it. Its payload is
+// copied in SQL, byte for byte. It runs two statements: db must be a
+// transaction, or the job could be in both tables. It reports whether it
+// moved the job.
+func (s SQL) MoveToFailed(ctx context.Context, db bun.IDB, id int64, token string, attempts int, errorText string, attempted bool) (bool, error) {
 	where, args := byLease(id, token)
+	history, front := AttemptErrorsColumn, []any{attempts, errorText}
+	if attempted {
+		history, front = s.appendAttempt(), append(front, attempts, attemptText(errorText))
+	}
 	moved, err := affected(db.NewRaw(`INSERT INTO `+Failed+`
-	(job_id, queue, kind, args, metadata, priority, attempts, max_attempts, unique_key, limit_key, error, created_at, failed_at, trace_context)
-SELECT id, queue, kind, args, metadata, priority, ?, max_attempts, unique_key, limit_key, ?, created_at, `+s.d.Now()+`, trace_context
-FROM `+Jobs+` WHERE `+where, append([]any{attempts, errorText}, args...)...).Exec(ctx))
+	(job_id, queue, kind, args, metadata, priority, attempts, max_attempts, unique_key, limit_key, error, created_at, failed_at, trace_context, `+AttemptErrorsColumn+`)
+SELECT id, queue, kind, args, metadata, priority, ?, max_attempts, unique_key, limit_key, ?, created_at, `+s.d.Now()+`, trace_context, `+history+`
+FROM `+Jobs+` WHERE `+where, append(front, args...)...).Exec(ctx))
 	if err != nil || !moved {
 		return false, err
 	}
