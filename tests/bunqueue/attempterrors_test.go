@@ -120,8 +120,15 @@ func TestAttemptErrorsFailTwiceThenComplete(t *testing.T) {
 // newest AttemptErrorsKept, in its failed job; RetryFailed puts it back
 // with them, and JobCancel between attempts adds none.
 func TestAttemptErrorsKeepTheNewest(t *testing.T) {
+	for name, mode := range map[string]bunqueue.JobMode{"lock": bunqueue.ModeLock, "lease": bunqueue.ModeLease} {
+		t.Run(name, func(t *testing.T) { keepTheNewest(t, mode) })
+	}
+}
+
+// keepTheNewest is TestAttemptErrorsKeepTheNewest in mode.
+func keepTheNewest(t *testing.T, mode bunqueue.JobMode) {
 	onServers(t, func(t *testing.T, srv dbtest.Server) {
-		db, c, queue := ctlSetup(t, srv, bunqueue.ModeLock)
+		db, c, queue := ctlSetup(t, srv, mode)
 		var runs atomic.Int64
 		require.NoError(t, bunqueue.AddWorker(c, bunqueue.WorkerFunc[ctlArgs](func(ctx context.Context, _ bun.IDB, job *bunqueue.Job[ctlArgs]) error {
 			runs.Add(1)
