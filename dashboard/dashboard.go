@@ -207,11 +207,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "/data.json":
 		h.get(w, r, h.json)
 	case path == "/jobs":
-		h.get(w, r, h.jobs)
+		h.get(w, r, h.ofClient(h.jobs))
 	case path == "/queue":
-		h.get(w, r, h.queue)
+		h.get(w, r, h.ofClient(h.queue))
+	case path == "/queue-live":
+		h.get(w, r, h.ofClient(h.queueLive))
 	case path == "/job":
-		h.get(w, r, h.job)
+		h.get(w, r, h.ofClient(h.job))
 	case path == "/job-action":
 		h.jobAction(w, r)
 	case path == "/retry" || path == "/delete" || path == "/pause" || path == "/resume":
@@ -219,7 +221,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case len(path) > len("/assets/") && path[:len("/assets/")] == "/assets/":
 		h.get(w, r, h.assets.ServeHTTP)
 	default:
-		http.NotFound(w, r)
+		h.problem(w, r, http.StatusNotFound, "The dashboard has no page at this address.")
 	}
 }
 
