@@ -118,7 +118,7 @@ func (h *handler) clientIndex(name string) (int, error) {
 	for i, c := range h.clients {
 		names[i] = strconv.Quote(c.Name)
 	}
-	return 0, fmt.Errorf("the %s %q is not one of this dashboard's clients (%s)", clientParam, name, strings.Join(names, ", "))
+	return 0, fmt.Errorf("%s %q is not one of this dashboard's clients (%s)", clientParam, name, strings.Join(names, ", "))
 }
 
 // chosen returns the index in h.clients of the client r names, in its
@@ -141,7 +141,7 @@ func (h *handler) clientOf(r *http.Request) *bunqueue.Client { return h.clients[
 func (h *handler) ofClient(serve http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if _, err := h.clientIndex(r.URL.Query().Get(clientParam)); err != nil {
-			h.problem(w, r, http.StatusBadRequest, "This address's "+err.Error()+".")
+			h.problem(w, r, http.StatusBadRequest, "The address's "+err.Error()+".")
 			return
 		}
 		serve(w, r)

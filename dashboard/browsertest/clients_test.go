@@ -127,13 +127,13 @@ func TestJobPagesOfTwoClients(t *testing.T) {
 	for _, path := range []string{"jobs?client=nobody", "job?id=1&client=nobody", "queue?name=x&client=nobody", "queue-live?name=x&client=nobody"} {
 		status, page := b.get(t, path)
 		require.Equal(t, http.StatusBadRequest, status, path)
-		require.Contains(t, html.UnescapeString(page), `the client "nobody" is not one of this dashboard's clients ("billing", "mail")`, path)
+		require.Contains(t, html.UnescapeString(page), `client "nobody" is not one of this dashboard's clients ("billing", "mail")`, path)
 	}
 
 	id := func(n int64) string { return strconv.FormatInt(n, 10) }
 	status, res := b.jobAction(t, url.Values{"action": {"cancel"}, "id": {id(idsB[0])}, "client": {"nobody"}})
 	require.Equal(t, http.StatusBadRequest, status)
-	require.Contains(t, res.Error, `the client "nobody" is not one of`)
+	require.Contains(t, res.Error, `client "nobody" is not one of`)
 	require.Equal(t, idsB, jobIDs(t, f.b, f.qb, bunqueue.JobStatePending), "nothing done")
 
 	status, res = b.jobAction(t, url.Values{"action": {"cancel"}, "id": {id(idsB[0])}, "client": {"mail"}})
