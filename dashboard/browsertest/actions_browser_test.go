@@ -106,7 +106,9 @@ func TestSelectionActionsInBrowser(t *testing.T) {
 	f := setupJobs(t, &dashboard.Options{AllowActions: true})
 	b := openTab(t)
 	picked := f.scheduled(t, 3)[:2] // the third stays scheduled
-	tab := func(state string) string { return fmt.Sprintf("%s/ops/jobs?state=%s&queue=%s", f.srv.URL, state, f.queue) }
+	tab := func(state string) string {
+		return fmt.Sprintf("%s/ops/jobs?state=%s&queue=%s", f.srv.URL, state, f.queue)
+	}
 	act := func(state, action string, ids []int64) {
 		t.Helper()
 		b.open(tab(state), "#bulk")

@@ -36,7 +36,7 @@ func TestEveryPageInBrowser(t *testing.T) {
 	queuePage := "queue?client=stock&name=" + url.QueryEscape(tf.queue)
 	for _, p := range []struct {
 		name, path, wait string
-		status          int64
+		status           int64
 	}{
 		{"overview", "", "#queues", http.StatusOK},
 		{"jobs", "jobs?queue=" + jf.queue, "table.joblist", http.StatusOK},
