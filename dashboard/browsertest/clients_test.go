@@ -108,6 +108,8 @@ func TestJobPagesOfTwoClients(t *testing.T) {
 	require.Len(t, idsA, 2)
 	require.Len(t, idsB, 3)
 
+	_, overview := b.get(t, "")
+	require.Contains(t, queueRow(t, overview, f.qb), `<a href="jobs?queue=`+f.qb+`&amp;client=mail"`, "a jobs queue links its jobs, of its client")
 	_, page := b.get(t, "jobs?queue="+f.qa)
 	require.Equal(t, idsA, rowIDs(t, page), "billing's, the first client's, by default")
 	require.Contains(t, page, `data-client="billing" aria-current="page"`)

@@ -43,6 +43,7 @@ func TestTwoClientsInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(row(f.qb)+` form[data-action="resume"]`)),
 	))
 	require.Contains(t, text("#notice"), "The queue "+f.qb+" of client mail is paused")
+	screenshot(t, ctx, "clients-paused")
 	require.True(t, paused(t, f.b), "the second client's queue is paused")
 	require.False(t, paused(t, f.a))
 	require.NoError(t, chromedp.Do(ctx,

@@ -25,7 +25,7 @@ func TestRefusalsInBrowser(t *testing.T) {
 		require.EqualValues(t, http.StatusOK, b.open(ro.srv.URL+"/ops/"+page, "main"), page)
 		require.Zero(t, b.count(`form[method=post], button[name=action], input[type=checkbox], input[name=csrf]`), "read-only: no controls on %q", page)
 	}
-	screenshot(t, b.ctx, "readonly-jobs")
+	screenshot(t, b.ctx, "readonly-job")
 
 	var revoked atomic.Bool
 	f := setupJobs(t, &dashboard.Options{AllowActions: true, Authorize: func(r *http.Request, action string) bool {
