@@ -23,7 +23,7 @@ var browserStates = []bunqueue.JobState{
 const prevKept = 50
 
 // JobsFilter selects a page of the job browser: the query parameters
-// state, queue, kind, id, cursor and prev of GET jobs.
+// state, queue, kind, client, id, cursor and prev of GET jobs.
 type JobsFilter struct {
 	// State is one of the JobStates, or "" for all.
 	State bunqueue.JobState
