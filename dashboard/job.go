@@ -63,7 +63,7 @@ func (h *handler) job(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v.ID = id
-	rec, err := h.client.JobGet(r.Context(), id)
+	rec, err := h.clientOf(r).JobGet(r.Context(), id)
 	status := http.StatusOK
 	switch {
 	case errors.Is(err, bunqueue.ErrJobNotFound):
