@@ -82,8 +82,11 @@ type JobRecord struct {
 	// byte.
 	Args json.RawMessage
 	// Metadata is what EnqueueOpts.Metadata carried, or nil.
-	Metadata    map[string]string
-	Priority    int
+	Metadata map[string]string
+	Priority int
+	// Attempts counts the job's attempts that ended (failed, snoozed
+	// ones excepted, or completed) and, in lease mode, the one running;
+	// a completed job's are its runs. MaxAttempts is how many it gets.
 	Attempts    int
 	MaxAttempts int
 	// RunAt is when the job is due; for a running lease-mode job, when

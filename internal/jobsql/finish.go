@@ -13,16 +13,23 @@ import (
 // Config.Retention), an UPDATE to Completed.
 func (s SQL) completion(keep bool) string {
 	if keep {
-		return "UPDATE " + Jobs + " SET " + s.completedSet() + " WHERE "
+		return "UPDATE " + Jobs + " SET " + s.completedSet(true) + " WHERE "
 	}
 	return "DELETE FROM " + Jobs + " WHERE "
 }
 
 // completedSet is the SET list that keeps a job as completed: its unique
-// key is released, as a deleted job's is.
-func (s SQL) completedSet() string {
-	return "state = " + strconv.Itoa(Completed) + ", completed_at = " + s.d.Now() +
+// key is released, as a deleted job's is. held says the job completes in
+// the transaction that holds its lock (lock mode), whose attempt its
+// attempts do not count yet: a lease counts its attempt when it is
+// taken. Either way a completed job's attempts are its runs.
+func (s SQL) completedSet(held bool) string {
+	set := "state = " + strconv.Itoa(Completed) + ", completed_at = " + s.d.Now() +
 		", unique_key = NULL, lease_token = NULL, last_error = NULL"
+	if held {
+		set += ", attempts = attempts + 1"
+	}
+	return set
 }
 
 // Complete deletes the job id, or keeps it as completed, with output as
@@ -30,9 +37,12 @@ func (s SQL) completedSet() string {
 // leased with it. It reports whether it changed the job.
 func (s SQL) Complete(ctx context.Context, db bun.IDB, keep bool, id int64, token string, output []byte) (bool, error) {
 	where, args := byLease(id, token)
-	q := s.completion(keep)
+	q := s.completion(false)
+	if keep {
+		q = "UPDATE " + Jobs + " SET " + s.completedSet(token == "") + " WHERE "
+	}
 	if keep && output != nil {
-		q = "UPDATE " + Jobs + " SET " + s.completedSet() + ", output = ? WHERE "
+		q = "UPDATE " + Jobs + " SET " + s.completedSet(token == "") + ", output = ? WHERE "
 		args = append([]any{output}, args...)
 	}
 	return affected(db.NewRaw(q+where, args...).Exec(ctx))
@@ -56,7 +66,7 @@ func (s SQL) CompleteOne(keep bool, marker string) string {
 // READ COMMITTED); a DELETE is the dialect's DeleteIDs.
 func (s SQL) CompleteHeld(ctx context.Context, tx bun.IDB, keep bool, ids []int64) error {
 	if keep {
-		return exec(ctx, tx, "UPDATE "+s.byIDs()+" SET "+s.completedSet()+" WHERE id IN (?)", bun.List(ids))
+		return exec(ctx, tx, "UPDATE "+s.byIDs()+" SET "+s.completedSet(true)+" WHERE id IN (?)", bun.List(ids))
 	}
 	return exec(ctx, tx, s.d.DeleteIDs(Jobs, len(ids)), int64Args(ids)...)
 }

@@ -97,6 +97,7 @@ func TestAttemptErrorsFailTwiceThenComplete(t *testing.T) {
 					require.NoError(t, err)
 					require.Equal(t, bunqueue.JobStateCompleted, rec.State)
 					require.Empty(t, rec.LastError, "a completed job has no last error")
+					require.Equal(t, 3, rec.Attempts, "a completed job's attempts are its runs")
 					requireAttempts(t, rec.Errors, 1, 2, func(a int) string {
 						if a == 1 {
 							return fmt.Sprintf("boom %d", i)
