@@ -23,7 +23,7 @@ var browserStates = []bunqueue.JobState{
 const prevKept = 50
 
 // JobsFilter selects a page of the job browser: the query parameters
-// state, queue, kind, search, id, cursor and prev of GET jobs.
+// state, queue, kind, search, client, id, cursor and prev of GET jobs.
 type JobsFilter struct {
 	// State is one of the JobStates, or "" for all.
 	State bunqueue.JobState
@@ -31,6 +31,8 @@ type JobsFilter struct {
 	Kind  string
 	// Search is JobListFilter.Search: a text of the jobs' args or errors.
 	Search string
+	// Client names the client whose jobs the page lists, "" for New's.
+	Client string
 	// ID, when set, shows that job alone (JobGet).
 	ID int64
 	// Cursor is the page's JobListFilter.Cursor; "" for the first page.
@@ -44,7 +46,8 @@ type JobsFilter struct {
 
 // jobsFilterOf reads the job browser's filter of q.
 func jobsFilterOf(q url.Values) JobsFilter {
-	f := JobsFilter{Queue: q.Get("queue"), Kind: q.Get("kind"), Search: q.Get("search"), Cursor: q.Get("cursor"), Prev: q["prev"]}
+	f := JobsFilter{Queue: q.Get("queue"), Kind: q.Get("kind"), Search: q.Get("search"), Client: q.Get(clientParam),
+		Cursor: q.Get("cursor"), Prev: q["prev"]}
 	if s := bunqueue.JobState(q.Get("state")); slices.Contains(browserStates, s) {
 		f.State = s
 	} else if s != "" {
@@ -67,7 +70,8 @@ func jobsFilterOf(q url.Values) JobsFilter {
 // on the page of cursor, with prev before it.
 func (f JobsFilter) href(cursor string, prev []string) string {
 	q := url.Values{}
-	for k, v := range map[string]string{"state": string(f.State), "queue": f.Queue, "kind": f.Kind, "search": f.Search, "cursor": cursor} {
+	for k, v := range map[string]string{"state": string(f.State), "queue": f.Queue, "kind": f.Kind, "search": f.Search,
+		clientParam: f.Client, "cursor": cursor} {
 		if v != "" {
 			q.Set(k, v)
 		}
@@ -87,12 +91,19 @@ func (f JobsFilter) href(cursor string, prev []string) string {
 // Tab returns the address of the tab of state ("" for all), with the
 // filter's queue, kind and search, on its first page.
 func (f JobsFilter) Tab(state bunqueue.JobState) string {
-	return JobsFilter{State: state, Queue: f.Queue, Kind: f.Kind, Search: f.Search}.href("", nil)
+	return JobsFilter{State: state, Queue: f.Queue, Kind: f.Kind, Search: f.Search, Client: f.Client}.href("", nil)
 }
 
 // Cleared returns the address of the filter's tab without its queue,
 // kind, search and id.
-func (f JobsFilter) Cleared() string { return JobsFilter{State: f.State}.href("", nil) }
+func (f JobsFilter) Cleared() string {
+	return JobsFilter{State: f.State, Client: f.Client}.href("", nil)
+}
+
+// OfClient returns the address of the filter's tab of the client name.
+func (f JobsFilter) OfClient(name string) string {
+	return JobsFilter{State: f.State, Client: name}.href("", nil)
+}
 
 // Self returns the address of the page f shows.
 func (f JobsFilter) Self() string { return f.href(f.Cursor, f.Prev) }
@@ -139,7 +150,7 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 		h.render(w, "jobs", v)
 		return
 	}
-	page, err := h.client.JobList(r.Context(), f.list(h.opts.PageSize))
+	page, err := h.clientOf(r).JobList(r.Context(), f.list(h.opts.PageSize))
 	if errors.Is(err, bunqueue.ErrInvalidFilter) {
 		v.Error = err.Error()
 		h.renderStatus(w, http.StatusBadRequest, "jobs", v)
@@ -168,7 +179,7 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 
 // oneJob reads the job id for the job browser: the job, or why not.
 func (h *handler) oneJob(r *http.Request, id int64) ([]bunqueue.JobRecord, string) {
-	rec, err := h.client.JobGet(r.Context(), id)
+	rec, err := h.clientOf(r).JobGet(r.Context(), id)
 	if errors.Is(err, bunqueue.ErrJobNotFound) {
 		return nil, ""
 	}

@@ -206,6 +206,13 @@ func (MySQL) NowMicros() string {
 	return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
 }
 
+// AppendAttempt implements Dialect with the JSON functions that MySQL
+// 8.0 and MariaDB share; the column is text, which they parse.
+func (m MySQL) AppendAttempt(column string, keep int) string {
+	return fmt.Sprintf("JSON_ARRAY_APPEND(CASE WHEN %[1]s IS NULL THEN JSON_ARRAY() WHEN JSON_LENGTH(%[1]s) >= %[2]d THEN JSON_REMOVE(%[1]s, '$[0]') ELSE %[1]s END, "+
+		"'$', JSON_OBJECT('attempt', ?, 'at_us', %[3]s, 'error', ?))", column, keep, m.NowMicros())
+}
+
 // NowPlus implements Dialect.
 func (MySQL) NowPlus(d time.Duration) string {
 	return fmt.Sprintf("UTC_TIMESTAMP(6) + INTERVAL %d MICROSECOND", d.Microseconds())
