@@ -22,7 +22,8 @@ func (Report) Kind() string { return "example_report" }
 
 // JobGet, JobList, JobRunNow and JobCancel: an operator finds a
 // scheduled job, makes it due now, and cancels another, which stays
-// visible as a failed job until RetryFailed or JobDelete.
+// visible as a failed job until RetryFailed or JobDelete; a search
+// finds each by its args or its error.
 func ExampleClient_JobList() {
 	ctx := context.Background()
 	db := openExampleDB("bq_example_jobctl", "id BIGINT PRIMARY KEY")
@@ -69,6 +70,16 @@ func ExampleClient_JobList() {
 		}
 		fmt.Printf("%s %s %q\n", j.Args, j.State, j.LastError)
 	}
+	// A search finds a text in the args or the error, either case.
+	for _, text := range []string{`"month":"2026-01"`, "CANCELLED WITH"} {
+		page, err := client.JobList(ctx, bunqueue.JobListFilter{Queue: queue, Search: text})
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, j := range page.Jobs {
+			fmt.Printf("%s: %s %s\n", text, j.Args, j.State)
+		}
+	}
 	if err := client.JobDelete(ctx, ids[1]); err != nil {
 		log.Fatal(err)
 	}
@@ -80,6 +91,8 @@ func ExampleClient_JobList() {
 	// cancelled a job that was scheduled
 	// {"month":"2026-01"} pending ""
 	// {"month":"2026-02"} failed "bunqueue: cancelled with JobCancel"
+	// "month":"2026-01": {"month":"2026-01"} pending
+	// CANCELLED WITH: {"month":"2026-02"} failed
 	// true
 }
 
