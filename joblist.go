@@ -41,10 +41,10 @@ type JobListFilter struct {
 	// point, so that "e" does not find "é"), PostgreSQL every letter of
 	// the error that the database's LC_CTYPE folds and ASCII letters
 	// alone in args (and args with a NUL byte, not JSON, not at all),
-	// SQLite ASCII letters alone. Args are searched as
-	// they are stored, the JSON that encoding/json wrote ({"a":1}, no
-	// spaces, non-ASCII as UTF-8, and <, >, & as \u003c, \u003e,
-	// \u0026). At most JobListSearchMaxBytes bytes of UTF-8, no NUL.
+	// SQLite ASCII letters alone. Args are searched as they are stored,
+	// the JSON that encoding/json wrote ({"a":1}, no spaces, non-ASCII
+	// as UTF-8, and <, >, & as \u003c, \u003e, \u0026). At most
+	// JobListSearchMaxBytes bytes of UTF-8, no NUL.
 	//
 	// No index serves a search, so a page looks through a bounded range:
 	// the JobListSearchRows newest jobs below the Cursor that the
@@ -55,7 +55,8 @@ type JobListFilter struct {
 	// ones.
 	Search string
 	// Cursor, when set, is JobListPage.Cursor of the page before: the list
-	// goes on after that page's last job. Give it with the same filter.
+	// goes on after that page's last job (with a Search, the last one it
+	// looked through). Give it with the same filter.
 	Cursor string
 	// Limit is the most jobs of a page, 1 to 1000. Defaults to 100.
 	Limit int
@@ -98,8 +99,8 @@ const (
 // jobs along those indexes, and the matches within it (see
 // JobListFilter.Search). A listing is not a snapshot: a job that moves
 // between tables while the pages are read (it fails, or is cancelled)
-// may be listed twice or missed; JobListTx in a REPEATABLE READ transaction reads one
-// snapshot on MySQL and PostgreSQL.
+// may be listed twice or missed; JobListTx in a REPEATABLE READ
+// transaction reads one snapshot on MySQL and PostgreSQL.
 func (c *Client) JobList(ctx context.Context, filter JobListFilter) (JobListPage, error) {
 	return c.JobListTx(ctx, c.db, filter)
 }

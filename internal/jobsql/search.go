@@ -13,8 +13,8 @@ import (
 type Sources struct{ Waiting, Completed, Failed bool }
 
 // ScanRange is the part of a listing that one page of a search looks
-// through: the newest Rows jobs of the sources that f selects, its Search
-// aside, from its BeforeID down to Low.
+// through: the newest Rows jobs of the sources below the filter's
+// BeforeID that their indexes yield (see searchRangeQuery), down to Low.
 type ScanRange struct {
 	// Low is the lowest id (a failed job's job_id) of the range; 0 when
 	// there is none.
