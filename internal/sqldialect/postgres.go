@@ -260,6 +260,12 @@ func (Postgres) NowMicros() string {
 	return "CAST(EXTRACT(EPOCH FROM statement_timestamp()) * 1000000 AS BIGINT)"
 }
 
+// MicrosSince implements Dialect: the interval between two timestamptz
+// values as seconds (a numeric, exact to the microsecond) times a million.
+func (Postgres) MicrosSince(column string) string {
+	return "CAST(EXTRACT(EPOCH FROM statement_timestamp() - " + column + ") * 1000000 AS BIGINT)"
+}
+
 // NowPlus implements Dialect. The interval literal keeps every
 // microsecond, where a multiplication of an interval goes through float8.
 func (Postgres) NowPlus(d time.Duration) string {
