@@ -192,3 +192,38 @@ func sum(xs []int64) (n int64) {
 	}
 	return n
 }
+
+// A job that waited for a paused queue, and for a GlobalLimit's one
+// slot, counts that wait: with the workers running, jobs enqueued into
+// a paused queue, resumed after waitHeld, waited at least that long.
+func TestHistoryWaitCountsAPause(t *testing.T) {
+	t.Parallel()
+	db := migrated(t, 0)
+	queue := jobQueue(t)
+	t.Cleanup(func() { _, _ = db.Exec("DELETE FROM bunqueue_jobs WHERE queue = ?", queue) })
+	c, err := bunqueue.NewClient(db, &bunqueue.Config{PollInterval: 20 * time.Millisecond, Logger: testLogger(t),
+		JobQueues: map[string]bunqueue.JobQueueConfig{queue: {Workers: 3, GlobalLimit: 1}}})
+	require.NoError(t, err)
+	var mu sync.Mutex
+	ran := 0
+	require.NoError(t, bunqueue.AddWorker(c, bunqueue.WorkerFunc[waitArgs](func(context.Context, bun.IDB, *bunqueue.Job[waitArgs]) error {
+		mu.Lock()
+		defer mu.Unlock()
+		ran++
+		return nil
+	})))
+	require.NoError(t, c.PauseQueue(t.Context(), queue))
+	t.Cleanup(func() { _ = c.ResumeQueue(context.Background(), queue) })
+	start(t, c)
+	for i := range waitJobs {
+		_, err := c.Enqueue(t.Context(), db, waitArgs{N: i}, &bunqueue.EnqueueOpts{Queue: queue})
+		require.NoError(t, err)
+	}
+	time.Sleep(waitHeld)
+	mu.Lock()
+	require.Zero(t, ran, "the queue is paused")
+	mu.Unlock()
+	require.NoError(t, c.ResumeQueue(t.Context(), queue))
+	eventually(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return ran == waitJobs }, "the jobs ran once resumed")
+	require.Equal(t, int64(waitJobs), checkWaits(t, c.History(queue), waitHeld, time.Hour))
+}
