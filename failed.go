@@ -42,6 +42,9 @@ type FailedJob struct {
 	// TraceContext is the trace context the job was enqueued with; a
 	// replayed job keeps it.
 	TraceContext []byte
+	// Errors are the job's failed attempts, oldest first, the last one's
+	// error being Error (cut to AttemptErrorBytes); RetryFailed keeps them.
+	Errors AttemptErrors `bun:"attempt_errors"`
 }
 
 // FailedJobsFilter selects failed jobs, newest first. Its zero value
@@ -127,6 +130,11 @@ func (c *Client) RetryFailedTx(ctx context.Context, db bun.IDB, id int64) (int64
 			return err
 		}
 		newID = res.ID
+		if !res.Duplicate {
+			if err := jobs.CopyAttemptErrors(ctx, tx, id, newID); err != nil {
+				return err
+			}
+		}
 		_, err = jobs.DeleteFailed(ctx, tx, id)
 		return err
 	})

@@ -62,7 +62,7 @@ func (c *Client) JobCancelTx(ctx context.Context, db bun.IDB, id int64) (JobStat
 		if was = row.jobState(); was == JobStateCompleted {
 			return fmt.Errorf("%w: it completed", ErrJobFinished)
 		}
-		_, err := c.jobSQL().MoveToFailed(ctx, tx, id, "", row.Attempts, cancelledText)
+		_, err := c.jobSQL().MoveToFailed(ctx, tx, id, "", row.Attempts, cancelledText, false)
 		return err
 	})
 	if err != nil {

@@ -82,8 +82,11 @@ type JobRecord struct {
 	// byte.
 	Args json.RawMessage
 	// Metadata is what EnqueueOpts.Metadata carried, or nil.
-	Metadata    map[string]string
-	Priority    int
+	Metadata map[string]string
+	Priority int
+	// Attempts counts the job's attempts that ended (failed, snoozed
+	// ones excepted, or completed) and, in lease mode, the one running;
+	// a completed job's are its runs. MaxAttempts is how many it gets.
 	Attempts    int
 	MaxAttempts int
 	// RunAt is when the job is due; for a running lease-mode job, when
@@ -92,8 +95,15 @@ type JobRecord struct {
 	CreatedAt time.Time
 	// CompletedAt is when a completed job completed; nil otherwise.
 	CompletedAt *time.Time
-	// LastError is the error of the job's last failed attempt, or "".
+	// LastError is the error of the job's last failed attempt, or "";
+	// for a completed job, "" (Errors keeps its failed attempts).
 	LastError string
+	// Errors are the job's failed attempts, oldest first: the newest
+	// AttemptErrorsKept of them, kept while the job waits, after it
+	// completed (for Config.Retention), after it failed, and when
+	// RetryFailed puts it back. A job cancelled with JobCancel between
+	// attempts gains no entry: its Failed.Error says it was cancelled.
+	Errors AttemptErrors
 	// UniqueKey is the job's EnqueueOpts.UniqueKey while it waits or runs
 	// (a completed job's key is released), or nil.
 	UniqueKey *string
@@ -111,7 +121,8 @@ type JobRecord struct {
 type controlRow struct {
 	jobRow
 	Output []byte
-	Due    int // 1 when run_at has come, by the database clock
+	Errors AttemptErrors `bun:"attempt_errors"`
+	Due    int           // 1 when run_at has come, by the database clock
 }
 
 // jobState is the row's JobState, as jobsql's waiting predicates have it.
@@ -134,7 +145,7 @@ func (r *controlRow) record() (JobRecord, error) {
 	rec := JobRecord{
 		ID: r.ID, Queue: r.Queue, Kind: r.Kind, State: r.jobState(), Args: r.Args, Priority: r.Priority,
 		Attempts: r.Attempts, MaxAttempts: r.MaxAttempts, RunAt: r.RunAt.UTC(), CreatedAt: r.CreatedAt.UTC(),
-		UniqueKey: r.UniqueKey, Output: r.Output,
+		UniqueKey: r.UniqueKey, Output: r.Output, Errors: r.Errors,
 	}
 	if r.CompletedAt != nil {
 		t := r.CompletedAt.UTC()
@@ -157,7 +168,7 @@ func failedRecord(f *FailedJob) (JobRecord, error) {
 	rec := JobRecord{
 		ID: f.JobID, Queue: f.Queue, Kind: f.Kind, State: JobStateFailed, Args: f.Args, Priority: f.Priority,
 		Attempts: f.Attempts, MaxAttempts: f.MaxAttempts, CreatedAt: f.CreatedAt, LastError: f.Error,
-		UniqueKey: f.UniqueKey, Failed: f,
+		UniqueKey: f.UniqueKey, Errors: f.Errors, Failed: f,
 	}
 	if len(f.Metadata) > 0 {
 		if err := json.Unmarshal(f.Metadata, &rec.Metadata); err != nil {

@@ -211,7 +211,7 @@ func (c *Client) failJob(ctx context.Context, db bun.IDB, row *jobRow, attempt i
 		changed, err = c.jobSQL().Snooze(ctx, db, row.ID, token, attempt-1, snooze.after)
 		return changed, snooze.after, err
 	case errors.As(cause, &cancel) || attempt >= row.MaxAttempts:
-		changed, err = c.jobSQL().MoveToFailed(ctx, db, row.ID, token, attempt, errorText(cause))
+		changed, err = c.jobSQL().MoveToFailed(ctx, db, row.ID, token, attempt, errorText(cause), true)
 		return changed, 0, err
 	default:
 		wait := c.retryWait(ctx, row, attempt)

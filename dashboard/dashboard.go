@@ -22,8 +22,11 @@
 // error (Client.JobGet). GET queue?name=… is a table queue's page: its
 // figures and last hour, the rows failing in this process by their own
 // primary key, and, with Options.FailedRows, the rows the app's table
-// says failed for good. The pages call the public API of package
-// bunqueue, as an app does, and no SQL of their own.
+// says failed for good, refreshing itself as the overview does. With
+// Options.Clients, the query parameter client (a client's name) chooses
+// whose jobs or queue these pages show, and whose jobs an action acts
+// on; New's client's by default. The pages call the public API of
+// package bunqueue, as an app does, and no SQL of their own.
 //
 // The handler has no authentication of its own: put the app's in front
 // of it. With Options.AllowActions, each failed job gets Retry and Delete
@@ -95,9 +98,11 @@ type Options struct {
 	// FailedRows, when set, reads the rows of a table queue that failed
 	// for good from the app's own table, by queue name: the queue's page
 	// lists the first FailedRowsShown rows it returns. It is called on
-	// each view of the page, with the request's context; an error (or a
-	// panic) is shown instead of the rows. Defaults to none: the page
-	// shows only the failures this process saw.
+	// each view of the page and each of its refreshes (every
+	// RefreshInterval while it is open), with the request's context; an
+	// error (or a panic) is shown instead of the rows. The name is that
+	// of a queue of any of the dashboard's clients. Defaults to none: the
+	// page shows only the failures this process saw.
 	FailedRows map[string]func(ctx context.Context) ([]FailedRow, error)
 	// CSRFKey signs the CSRF tokens. Defaults to a random key made by
 	// New: set the same key (32 random bytes) on every instance of the app
@@ -107,8 +112,10 @@ type Options struct {
 	// Clients are more clients whose queues the overview lists, after
 	// those of New's client, each row naming its client (New's is named
 	// ClientName); pausing or resuming a queue goes to its own client.
-	// The failed jobs, the job browser, the job page and the job actions
-	// are those of New's client's jobs tables. Defaults to none.
+	// The job browser, the job page, the job actions and a table queue's
+	// page are those of the client their parameter client names (New's
+	// when it is absent; an unknown name is a 400); the overview's failed
+	// jobs are those of New's client's jobs tables. Defaults to none.
 	Clients []Client
 	// ClientName names New's client when there are Clients. Defaults
 	// to ClientNameDefault.
@@ -207,11 +214,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "/data.json":
 		h.get(w, r, h.json)
 	case path == "/jobs":
-		h.get(w, r, h.jobs)
+		h.get(w, r, h.ofClient(h.jobs))
 	case path == "/queue":
-		h.get(w, r, h.queue)
+		h.get(w, r, h.ofClient(h.queue))
+	case path == "/queue-live":
+		h.get(w, r, h.ofClient(h.queueLive))
 	case path == "/job":
-		h.get(w, r, h.job)
+		h.get(w, r, h.ofClient(h.job))
 	case path == "/job-action":
 		h.jobAction(w, r)
 	case path == "/retry" || path == "/delete" || path == "/pause" || path == "/resume":
@@ -219,7 +228,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case len(path) > len("/assets/") && path[:len("/assets/")] == "/assets/":
 		h.get(w, r, h.assets.ServeHTTP)
 	default:
-		http.NotFound(w, r)
+		h.problem(w, r, http.StatusNotFound, "The dashboard has no page at this address.")
 	}
 }
 

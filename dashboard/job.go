@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/bunqueue/bunqueue"
 )
@@ -21,10 +22,35 @@ type jobView struct {
 	// Error is the job's last error, cut to 16 KiB (ErrorCut).
 	Error    string
 	ErrorCut bool
+	// Attempts are the job's failed attempts, oldest first.
+	Attempts []attemptView
+	// AttemptsCapped is whether the job holds as many failed attempts as
+	// are kept (bunqueue.AttemptErrorsKept): older ones were dropped.
+	AttemptsCapped bool
 	// TraceURL is the link to the job's trace, or "".
 	TraceURL string
 	// Problem is why the job could not be read.
 	Problem string
+}
+
+// attemptView is one failed attempt on the job page: its number, when it
+// failed (ISO for the time element, and to the millisecond, as retries
+// can come within a second), and its error, cut as the last error is.
+type attemptView struct {
+	Attempt   int
+	ISO, When string
+	Error     string
+	ErrorCut  bool
+}
+
+// attemptViews returns the rows of the job page's attempts table.
+func attemptViews(errs bunqueue.AttemptErrors) []attemptView {
+	out := make([]attemptView, len(errs))
+	for i, e := range errs {
+		out[i] = attemptView{Attempt: e.Attempt, ISO: e.At.UTC().Format(time.RFC3339Nano), When: e.At.UTC().Format("2006-01-02 15:04:05.000"),
+			Error: cut(e.Error), ErrorCut: len(e.Error) > shownBytes}
+	}
+	return out
 }
 
 // job serves GET job?id=…: one job, as JobGet reads it.
@@ -37,7 +63,7 @@ func (h *handler) job(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v.ID = id
-	rec, err := h.client.JobGet(r.Context(), id)
+	rec, err := h.clientOf(r).JobGet(r.Context(), id)
 	status := http.StatusOK
 	switch {
 	case errors.Is(err, bunqueue.ErrJobNotFound):
@@ -61,6 +87,7 @@ func (v *jobView) fill(rec *bunqueue.JobRecord, traceURL func(string) string) {
 		v.Output, v.OutputCut = shown(rec.Output)
 	}
 	v.Error, v.ErrorCut = cut(rec.LastError), len(rec.LastError) > shownBytes
+	v.Attempts, v.AttemptsCapped = attemptViews(rec.Errors), len(rec.Errors) >= bunqueue.AttemptErrorsKept
 	if traceURL != nil && rec.Failed != nil {
 		if id := traceID(rec.Failed.TraceContext); id != "" {
 			v.TraceURL = traceURL(id)

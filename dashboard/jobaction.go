@@ -62,13 +62,17 @@ func (h *handler) jobAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res.Action = r.PostFormValue("action")
-	act := h.jobActions()[res.Action]
+	act := h.jobActions(h.clientOf(r))[res.Action]
 	if act == nil {
 		h.actionAnswer(w, r, http.StatusBadRequest, res, "the form's action is not one of retry, cancel, delete, run_now")
 		return
 	}
 	if status, msg := h.check(r, res.Action); status != 0 {
 		h.actionAnswer(w, r, status, res, msg)
+		return
+	}
+	if _, err := h.clientIndex(r.Form.Get(clientParam)); err != nil {
+		h.actionAnswer(w, r, http.StatusBadRequest, res, "the form's "+err.Error())
 		return
 	}
 	ids, err := h.selection(r)
@@ -105,7 +109,7 @@ func (h *handler) check(r *http.Request, action string) (int, string) {
 // selection returns the ids the form selects: its ids, or, when its
 // field matching is set, those of the first maxSelected jobs that its
 // filter (state, queue, kind) matches, newest first, read with JobList
-// before any is acted on.
+// of the form's client before any is acted on.
 func (h *handler) selection(r *http.Request) ([]int64, error) {
 	if r.PostFormValue("matching") == "" {
 		return formIDs(r.PostForm["id"])
@@ -121,7 +125,7 @@ func (h *handler) selection(r *http.Request) ([]int64, error) {
 	var ids []int64
 	for len(ids) < maxSelected {
 		filter.Limit = maxSelected - len(ids)
-		page, err := h.client.JobList(r.Context(), filter)
+		page, err := h.clientOf(r).JobList(r.Context(), filter)
 		if err != nil {
 			return nil, err
 		}
@@ -178,8 +182,8 @@ func outcomeStatus(o outcome) int {
 // errNotFailed is the error of a retry of a job that has not failed.
 var errNotFailed = errors.New("it has not failed: only a failed or cancelled job can be retried")
 
-// jobActions are the actions of POST job-action, by name.
-func (h *handler) jobActions() map[string]func(ctx context.Context, id int64) outcome {
+// jobActions are the actions of POST job-action on c's jobs, by name.
+func (h *handler) jobActions(c *bunqueue.Client) map[string]func(ctx context.Context, id int64) outcome {
 	done := func(id int64, err error) outcome {
 		o := outcome{JobOutcome: JobOutcome{ID: id, OK: err == nil}, err: err}
 		if err != nil {
@@ -188,27 +192,27 @@ func (h *handler) jobActions() map[string]func(ctx context.Context, id int64) ou
 		return o
 	}
 	return map[string]func(ctx context.Context, id int64) outcome{
-		ActionRetry: h.retryJob,
+		ActionRetry: func(ctx context.Context, id int64) outcome { return retryJob(ctx, c, id) },
 		ActionCancel: func(ctx context.Context, id int64) outcome {
-			was, err := h.client.JobCancel(ctx, id)
+			was, err := c.JobCancel(ctx, id)
 			o := done(id, err)
 			o.Was = was
 			return o
 		},
-		ActionDelete: func(ctx context.Context, id int64) outcome { return done(id, h.client.JobDelete(ctx, id)) },
-		ActionRunNow: func(ctx context.Context, id int64) outcome { return done(id, h.client.JobRunNow(ctx, id)) },
+		ActionDelete: func(ctx context.Context, id int64) outcome { return done(id, c.JobDelete(ctx, id)) },
+		ActionRunNow: func(ctx context.Context, id int64) outcome { return done(id, c.JobRunNow(ctx, id)) },
 	}
 }
 
-// retryJob puts the failed job whose job id is id back in its queue.
-func (h *handler) retryJob(ctx context.Context, id int64) outcome {
+// retryJob puts c's failed job whose job id is id back in its queue.
+func retryJob(ctx context.Context, c *bunqueue.Client, id int64) outcome {
 	o := outcome{JobOutcome: JobOutcome{ID: id}}
-	rec, err := h.client.JobGet(ctx, id)
+	rec, err := c.JobGet(ctx, id)
 	if err == nil && rec.Failed == nil {
 		err = fmt.Errorf("bunqueue dashboard: retry job %d: %w", id, errNotFailed)
 	}
 	if err == nil {
-		o.NewJobID, err = h.client.RetryFailed(ctx, rec.Failed.ID)
+		o.NewJobID, err = c.RetryFailed(ctx, rec.Failed.ID)
 	}
 	if err != nil {
 		o.err, o.Error = err, err.Error()

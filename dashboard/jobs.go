@@ -23,12 +23,14 @@ var browserStates = []bunqueue.JobState{
 const prevKept = 50
 
 // JobsFilter selects a page of the job browser: the query parameters
-// state, queue, kind, id, cursor and prev of GET jobs.
+// state, queue, kind, client, id, cursor and prev of GET jobs.
 type JobsFilter struct {
 	// State is one of the JobStates, or "" for all.
 	State bunqueue.JobState
 	Queue string
 	Kind  string
+	// Client names the client whose jobs the page lists, "" for New's.
+	Client string
 	// ID, when set, shows that job alone (JobGet).
 	ID int64
 	// Cursor is the page's JobListFilter.Cursor; "" for the first page.
@@ -42,7 +44,7 @@ type JobsFilter struct {
 
 // jobsFilterOf reads the job browser's filter of q.
 func jobsFilterOf(q url.Values) JobsFilter {
-	f := JobsFilter{Queue: q.Get("queue"), Kind: q.Get("kind"), Cursor: q.Get("cursor"), Prev: q["prev"]}
+	f := JobsFilter{Queue: q.Get("queue"), Kind: q.Get("kind"), Client: q.Get(clientParam), Cursor: q.Get("cursor"), Prev: q["prev"]}
 	if s := bunqueue.JobState(q.Get("state")); slices.Contains(browserStates, s) {
 		f.State = s
 	} else if s != "" {
@@ -65,7 +67,7 @@ func jobsFilterOf(q url.Values) JobsFilter {
 // on the page of cursor, with prev before it.
 func (f JobsFilter) href(cursor string, prev []string) string {
 	q := url.Values{}
-	for k, v := range map[string]string{"state": string(f.State), "queue": f.Queue, "kind": f.Kind, "cursor": cursor} {
+	for k, v := range map[string]string{"state": string(f.State), "queue": f.Queue, "kind": f.Kind, clientParam: f.Client, "cursor": cursor} {
 		if v != "" {
 			q.Set(k, v)
 		}
@@ -85,12 +87,19 @@ func (f JobsFilter) href(cursor string, prev []string) string {
 // Tab returns the address of the tab of state ("" for all), with the
 // filter's queue and kind, on its first page.
 func (f JobsFilter) Tab(state bunqueue.JobState) string {
-	return JobsFilter{State: state, Queue: f.Queue, Kind: f.Kind}.href("", nil)
+	return JobsFilter{State: state, Queue: f.Queue, Kind: f.Kind, Client: f.Client}.href("", nil)
 }
 
 // Cleared returns the address of the filter's tab without its queue,
 // kind and id.
-func (f JobsFilter) Cleared() string { return JobsFilter{State: f.State}.href("", nil) }
+func (f JobsFilter) Cleared() string {
+	return JobsFilter{State: f.State, Client: f.Client}.href("", nil)
+}
+
+// OfClient returns the address of the filter's tab of the client name.
+func (f JobsFilter) OfClient(name string) string {
+	return JobsFilter{State: f.State, Client: name}.href("", nil)
+}
 
 // Self returns the address of the page f shows.
 func (f JobsFilter) Self() string { return f.href(f.Cursor, f.Prev) }
@@ -125,7 +134,7 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 	if f.State != "" {
 		filter.States = []bunqueue.JobState{f.State}
 	}
-	page, err := h.client.JobList(r.Context(), filter)
+	page, err := h.clientOf(r).JobList(r.Context(), filter)
 	if err != nil {
 		v.Error = jobsError(err)
 		h.render(w, "jobs", v)
@@ -146,7 +155,7 @@ func (h *handler) jobs(w http.ResponseWriter, r *http.Request) {
 
 // oneJob reads the job id for the job browser: the job, or why not.
 func (h *handler) oneJob(r *http.Request, id int64) ([]bunqueue.JobRecord, string) {
-	rec, err := h.client.JobGet(r.Context(), id)
+	rec, err := h.clientOf(r).JobGet(r.Context(), id)
 	if errors.Is(err, bunqueue.ErrJobNotFound) {
 		return nil, ""
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/bunqueue/bunqueue"
@@ -99,6 +101,51 @@ func (h *handler) clientNamed(name string) int {
 		}
 	}
 	return -1
+}
+
+// clientParam is the query or form field that names the client whose
+// jobs, job, queue page and job actions a request is about: a Client.Name
+// or Options.ClientName; absent means New's client.
+const clientParam = "client"
+
+// clientIndex returns the index in h.clients of the client name names
+// ("" for New's), or an error that says which names there are.
+func (h *handler) clientIndex(name string) (int, error) {
+	if i := h.clientNamed(name); i >= 0 {
+		return i, nil
+	}
+	names := make([]string, len(h.clients))
+	for i, c := range h.clients {
+		names[i] = strconv.Quote(c.Name)
+	}
+	return 0, fmt.Errorf("%s %q is not one of this dashboard's clients (%s)", clientParam, name, strings.Join(names, ", "))
+}
+
+// chosen returns the index in h.clients of the client r names, in its
+// form once parsed (its body, then its query), else in its query; 0 for
+// none or a name of no client, which ofClient and jobAction refuse
+// before anything is read.
+func (h *handler) chosen(r *http.Request) int {
+	name := r.URL.Query().Get(clientParam)
+	if r.Form != nil {
+		name = r.Form.Get(clientParam)
+	}
+	return max(h.clientNamed(name), 0)
+}
+
+// clientOf returns the client whose jobs r reads or acts on.
+func (h *handler) clientOf(r *http.Request) *bunqueue.Client { return h.clients[h.chosen(r)].Client }
+
+// ofClient serves r with serve if its query's client, if any, is one of
+// the dashboard's; else it answers 400, saying which are.
+func (h *handler) ofClient(serve http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if _, err := h.clientIndex(r.URL.Query().Get(clientParam)); err != nil {
+			h.problem(w, r, http.StatusBadRequest, "The address's "+err.Error()+".")
+			return
+		}
+		serve(w, r)
+	}
 }
 
 // depthKey is the key of a queue of client i in the depths.

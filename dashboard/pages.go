@@ -76,7 +76,7 @@ var funcs = template.FuncMap{
 // view returns the template data of r.
 func (h *handler) view(w http.ResponseWriter, r *http.Request) *view {
 	d := h.data(r)
-	v := &view{Data: d, Title: h.opts.Title, RefreshMS: h.opts.RefreshInterval.Milliseconds(), Notice: notice(r.URL.Query()), Charts: namedCharts(chartsOf(d.History), d.QueueClients)}
+	v := &view{Data: d, Title: h.opts.Title, RefreshMS: h.opts.RefreshInterval.Milliseconds(), Notice: h.notice(r), Charts: namedCharts(chartsOf(d.History), d.QueueClients)}
 	if h.opts.AllowActions {
 		v.CSRF = h.csrfToken(w, r)
 	}
@@ -99,14 +99,16 @@ func (h *handler) view(w http.ResponseWriter, r *http.Request) *view {
 }
 
 // notice is the message shown after an action that the browser posted
-// without the page's script (and was redirected back): only numbers come
-// from the query, the words are the dashboard's.
-func notice(q url.Values) string {
+// without the page's script (and was redirected back): only numbers, and
+// the names of a queue and a client that exist, come from the query; the
+// words are the dashboard's.
+func (h *handler) notice(r *http.Request) string {
+	q := r.URL.Query()
 	switch q.Get("done") {
 	case "pause":
-		return "The queue is paused, for every process: those that run it start no more of its rows within a poll interval."
+		return h.queueNamed(r) + " is paused, for every process: those that run it start no more of its rows within a poll interval."
 	case "resume":
-		return "The queue is resumed, for every process."
+		return h.queueNamed(r) + " is resumed, for every process."
 	}
 	id, err := strconv.ParseInt(q.Get("id"), 10, 64)
 	if err != nil {
@@ -278,8 +280,27 @@ func (h *handler) queueAction(w http.ResponseWriter, r *http.Request, what strin
 		writeJSON(w, http.StatusOK, QueueResult{OK: true, Queue: name, Paused: what == "pause"})
 		return
 	}
-	w.Header().Set("Location", "./?"+url.Values{"done": {what}}.Encode())
+	back := url.Values{"done": {what}, "name": {name}}
+	if len(h.clients) > 1 {
+		back.Set(clientParam, h.clients[owner].Name)
+	}
+	w.Header().Set("Location", "./?"+back.Encode())
 	w.WriteHeader(http.StatusSeeOther)
+}
+
+// queueNamed returns the words that name the queue of the query's name
+// and client, "The queue", with its name if it is one of the client's
+// queues, and the client's if the dashboard has several.
+func (h *handler) queueNamed(r *http.Request) string {
+	q := r.URL.Query()
+	name, owner := q.Get("name"), h.clientNamed(q.Get(clientParam))
+	if name == "" || owner < 0 || !h.hasQueue(r, owner, name) {
+		return "The queue"
+	}
+	if len(h.clients) > 1 {
+		return fmt.Sprintf("The queue %s of client %s", name, h.clients[owner].Name)
+	}
+	return "The queue " + name
 }
 
 // hasQueue reports whether name is one of the queues of client owner.

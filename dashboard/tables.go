@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/bunqueue/bunqueue"
@@ -65,13 +66,40 @@ func failingRows(queue string, failures []bunqueue.Failure) []FailingRow {
 
 // queue serves GET queue?name=…: one table queue's figures, its last
 // hour, the rows failing in this process and, when the app declared
-// Options.FailedRows for it, the rows that failed for good.
+// Options.FailedRows for it, the rows that failed for good; its live
+// part refreshes itself from queue-live.
 func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
+	v, status := h.queueView(w, r)
+	if status == http.StatusOK {
+		q := url.Values{"name": {v.Name}}
+		if v.Client != "" {
+			q.Set(clientParam, v.Client)
+		}
+		v.Live, v.RefreshMS = "queue-live?"+q.Encode(), h.opts.RefreshInterval.Milliseconds()
+	}
+	h.renderStatus(w, status, "queue", v)
+}
+
+// queueLive serves GET queue-live?name=…: the part of the queue's page
+// that refreshes itself.
+func (h *handler) queueLive(w http.ResponseWriter, r *http.Request) {
+	v, status := h.queueView(w, r)
+	if status != http.StatusOK {
+		http.Error(w, "bunqueue dashboard: "+v.Problem, status)
+		return
+	}
+	h.render(w, "queuelive", v)
+}
+
+// queueView reads the page of the queue of r's name, of r's client, and
+// its status: 404 when it is no table queue of the client.
+func (h *handler) queueView(w http.ResponseWriter, r *http.Request) (*queueView, int) {
 	v := &queueView{frame: h.frame(w, r, "queue"), GeneratedAt: time.Now().UTC(), Name: r.URL.Query().Get("name"),
 		RecentLimit: bunqueue.RecentFailuresLimit}
+	owner := h.chosen(r)
 	stats, owners, err := h.stats(r)
 	for i := range stats {
-		if stats[i].Name == v.Name && owners[i] == 0 { // the first client's: the page reads its failures
+		if stats[i].Name == v.Name && owners[i] == owner {
 			st := stats[i]
 			v.Queue = &st
 		}
@@ -79,18 +107,16 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case v.Queue == nil:
 		v.Problem = "No table queue of this client has this name."
-		h.renderStatus(w, http.StatusNotFound, "queue", v)
-		return
+		return v, http.StatusNotFound
 	case v.Queue.Kind != bunqueue.QueueKindTable:
 		v.Problem, v.JobsQueue, v.Queue = "This is a queue of the jobs table: the job browser lists its jobs.", true, nil
-		h.renderStatus(w, http.StatusNotFound, "queue", v)
-		return
+		return v, http.StatusNotFound
 	}
 	if err != nil && v.Queue.Depth < 0 {
 		v.StatsError = err.Error()
 	}
-	v.Charts = chartsOf(h.history([]bunqueue.QueueStats{*v.Queue}, []int{0}))
-	v.Failing = failingRows(v.Name, h.client.RecentFailures())
+	v.Charts = chartsOf(h.history([]bunqueue.QueueStats{*v.Queue}, []int{owner}))
+	v.Failing = failingRows(v.Name, h.clients[owner].Client.RecentFailures())
 	v.FailedRows, v.FailedRowsTotal, v.FailedRowsError, v.HasFailedRows = h.failedRows(r.Context(), v.Name)
-	h.render(w, "queue", v)
+	return v, http.StatusOK
 }

@@ -380,12 +380,18 @@ func testJobCommands(t *testing.T, bin, dsn string) {
 	require.NoError(t, json.Unmarshal([]byte(stdout), &res), stdout)
 	require.Len(t, res, 2)
 	require.True(t, res[0].OK && res[1].OK, stdout)
+	_, err = d.db.Exec(`UPDATE bunqueue_jobs SET attempts = 2, attempt_errors = '[{"attempt":1,"at_us":1796279400123456,"error":"boom\\nstack"},{"attempt":2,"at_us":1796279401000000,"error":"bang"}]' WHERE id = ?`, ids[0])
+	require.NoError(t, err)
 	stdout, stderr, code = runBinary(t, bin, "job", "get", "--dsn", dsn, "--json", ids[0], ids[2])
 	require.Equal(t, exitNotFound, code, stderr)
 	var shown []jobRecord
 	require.NoError(t, json.Unmarshal([]byte(stdout), &shown), stdout)
 	require.Len(t, shown, 1)
-	require.Equal(t, bunqueue.JobStatePending, shown[0].State)
+	require.Equal(t, bunqueue.JobStateRetrying, shown[0].State)
+	require.Equal(t, []attemptRecord{{1, time.UnixMicro(1796279400123456).UTC(), "boom\nstack"}, {2, time.UnixMicro(1796279401000000).UTC(), "bang"}}, shown[0].Errors)
+	stdout, stderr, code = runBinary(t, bin, "job", "get", "--dsn", dsn, ids[0])
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stdout, "failed attempts (2, oldest first):\n  1  2026-12-03 06:30:00.123456 UTC  boom …\n  2  2026-12-03 06:30:01.000000 UTC  bang\n")
 
 	for _, args := range [][]string{{"job"}, {"job", "frob"}, {"job", "cancel"}, {"job", "get", "x"},
 		{"job", "list", "--limit", "0"}, {"job", "list", "--state", "done"}, {"job", "list", "--from", "yesterday"}} {

@@ -32,11 +32,20 @@ type jobRecord struct {
 	CreatedAt   time.Time         `json:"created_at"`
 	CompletedAt *time.Time        `json:"completed_at,omitempty"`
 	LastError   string            `json:"last_error,omitempty"`
-	UniqueKey   *string           `json:"unique_key"`
-	Output      json.RawMessage   `json:"output,omitempty"`
+	// Errors are the job's failed attempts, oldest first.
+	Errors    []attemptRecord `json:"errors,omitempty"`
+	UniqueKey *string         `json:"unique_key"`
+	Output    json.RawMessage `json:"output,omitempty"`
 	// FailedID is the job's id in bunqueue_failed_jobs, for `failed
 	// retry`, when it failed.
 	FailedID int64 `json:"failed_id,omitempty"`
+}
+
+// attemptRecord is one failed attempt of a job, as --json prints it.
+type attemptRecord struct {
+	Attempt int       `json:"attempt"`
+	At      time.Time `json:"at"`
+	Error   string    `json:"error"`
 }
 
 func toJobRecord(j *bunqueue.JobRecord) jobRecord {
@@ -56,6 +65,9 @@ func toJobRecord(j *bunqueue.JobRecord) jobRecord {
 	}
 	if j.Failed != nil {
 		out.FailedID = j.Failed.ID
+	}
+	for _, e := range j.Errors {
+		out.Errors = append(out.Errors, attemptRecord{Attempt: e.Attempt, At: e.At, Error: e.Error})
 	}
 	return out
 }
@@ -366,5 +378,11 @@ func printJob(w io.Writer, j *bunqueue.JobRecord, separate bool) {
 	}
 	if j.LastError != "" {
 		fmt.Fprintf(w, "last error:\n%s\n", indent(printable(j.LastError, true)))
+	}
+	if len(j.Errors) > 0 {
+		fmt.Fprintf(w, "failed attempts (%d, oldest first):\n", len(j.Errors))
+		for _, e := range j.Errors {
+			fmt.Fprintf(w, "  %d  %s UTC  %s\n", e.Attempt, e.At.UTC().Format(at), errorLine(e.Error, 100))
+		}
 	}
 }

@@ -1,12 +1,15 @@
 // The bunqueue dashboard's script: it refreshes the page's data without a
-// reload, and posts Retry and Delete without leaving the page. The page
-// works without it (forms post and come back; reload to refresh).
+// reload (the overview's, from fragment, or the address in the body's
+// data-fragment, as the queue page has), and posts Retry and Delete
+// without leaving the page. The pages work without it (forms post and
+// come back; reload to refresh).
 (function () {
   "use strict";
 
   var body = document.body;
   var interval = parseInt(body.getAttribute("data-refresh-ms"), 10) || 5000;
   var query = body.getAttribute("data-query") || "";
+  var fragment = body.getAttribute("data-fragment") || "fragment" + (query ? "?" + query : "");
   var live = document.getElementById("live");
   var notice = document.getElementById("notice");
   var status = document.getElementById("status");
@@ -14,6 +17,9 @@
   var timer = null;
 
   function say(message, bad) {
+    if (!notice) {
+      return;
+    }
     notice.textContent = message;
     notice.hidden = !message;
     notice.className = bad ? "bad" : "";
@@ -28,7 +34,7 @@
   // server, and puts it in place, keeping open details open.
   function refresh() {
     var mine = ++seq;
-    return fetch("fragment" + (query ? "?" + query : ""), {
+    return fetch(fragment, {
       credentials: "same-origin",
       headers: { "Accept": "text/html" },
       cache: "no-store"

@@ -8,12 +8,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
@@ -164,7 +166,9 @@ func TestDashboardInBrowser(t *testing.T) {
 // startBrowser starts browser, headless, for 60 seconds at most, and
 // returns its tab and a function that fails the test if the pages have
 // logged a script error, any other error or a Content-Security-Policy
-// violation so far.
+// violation so far, or if a request failed: one the browser could not
+// make, or answered 400 or more, except a page's own address (a 404 or
+// 403 page, whose status the test checks itself).
 func startBrowser(t *testing.T, browser string) (context.Context, func()) {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.WindowSize(1200, 900))
@@ -177,40 +181,99 @@ func startBrowser(t *testing.T, browser string) (context.Context, func()) {
 	if err := chromedp.Do(ctx); err != nil { // starts the browser
 		t.Fatalf("start %s: %v", browser, err)
 	}
-	var mu sync.Mutex
-	var console []chromedp.ConsoleMessage
+	w := &pageWatch{pages: map[string]bool{}}
+	w.watch(ctx)
+	return ctx, func() {
+		t.Helper()
+		w.check(t)
+	}
+}
+
+// pageWatch collects what the pages of a tab logged and the requests
+// that failed.
+type pageWatch struct {
+	mu      sync.Mutex
+	console []chromedp.ConsoleMessage
+	failed  []string        // the requests that failed, with why
+	pages   map[string]bool // the addresses of the pages answered 400 or more
+}
+
+// watch collects the console messages and the failed requests of ctx's
+// tab, until it ends.
+func (w *pageWatch) watch(ctx context.Context) {
 	messages := chromedp.Console(ctx)
+	responses := chromedp.Events(ctx, network.ResponseReceived)
+	failures := chromedp.Events(ctx, network.LoadingFailed)
 	go func() {
 		for m, err := range messages {
 			if err != nil {
 				return
 			}
-			mu.Lock()
-			console = append(console, m)
-			mu.Unlock()
+			w.mu.Lock()
+			w.console = append(w.console, m)
+			w.mu.Unlock()
 		}
 	}()
-	return ctx, func() {
-		t.Helper()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, m := range console {
-			require.False(t, m.IsException(), "no script error: %s", m)
-			require.NotEqual(t, chromedp.ConsoleError, m.Type, "no error in the console: %s (%s)", m, m.URL)
-			require.NotContains(t, strings.ToLower(m.String()), "content security policy", "no CSP violation: %s", m)
+	go func() {
+		for ev, err := range responses {
+			if err != nil {
+				return
+			}
+			if ev.Response.Status < 400 {
+				continue
+			}
+			w.mu.Lock()
+			if ev.Type == network.ResourceTypeDocument {
+				w.pages[ev.Response.URL] = true
+			} else {
+				w.failed = append(w.failed, fmt.Sprintf("%s %s: %d", ev.Type, ev.Response.URL, ev.Response.Status))
+			}
+			w.mu.Unlock()
 		}
+	}()
+	go func() {
+		for ev, err := range failures {
+			if err != nil {
+				return
+			}
+			if ev.Canceled { // a fetch that a navigation ended
+				continue
+			}
+			w.mu.Lock()
+			w.failed = append(w.failed, fmt.Sprintf("%s request %s: %s %s", ev.Type, ev.RequestID, ev.ErrorText, ev.BlockedReason))
+			w.mu.Unlock()
+		}
+	}()
+}
+
+// check fails t if the tab logged an error or a request failed.
+func (w *pageWatch) check(t *testing.T) {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	require.Empty(t, w.failed, "no failed request")
+	for _, m := range w.console {
+		if m.Source == "network" && w.pages[m.URL] {
+			continue // the status of a page the test asked for
+		}
+		require.False(t, m.IsException(), "no script error: %s", m)
+		require.NotEqual(t, chromedp.ConsoleError, m.Type, "no error in the console: %s (%s)", m, m.URL)
+		require.NotContains(t, strings.ToLower(m.String()), "content security policy", "no CSP violation: %s", m)
 	}
 }
 
-// screenshot saves the whole page of ctx's tab as
-// $BUNQUEUE_SCREENSHOTS/dash-name.png, when that variable is set.
-func screenshot(t *testing.T, ctx context.Context, name string) {
+// screenshot saves the whole page of ctx's tab as dash-name.png in
+// $BUNQUEUE_SCREENSHOTS, when that variable is set, else in the test's
+// temporary directory, and returns its path.
+func screenshot(t *testing.T, ctx context.Context, name string) string {
 	t.Helper()
 	dir := os.Getenv("BUNQUEUE_SCREENSHOTS")
 	if dir == "" {
-		return
+		dir = t.TempDir()
 	}
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(dir+"/dash-"+name+".png", png, 0o644))
+	path := filepath.Join(dir, "dash-"+name+".png")
+	require.NoError(t, os.WriteFile(path, png, 0o644))
+	return path
 }

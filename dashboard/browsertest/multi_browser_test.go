@@ -12,7 +12,8 @@ import (
 // The overview of two clients in headless Chromium: both queues, each
 // with its client's name and limits; the Pause button of the second
 // client's queue pauses it in that client's database and the page comes
-// back saying so, with no console error. A screenshot goes to
+// back saying so, naming the queue and the client, and Resume resumes
+// it, with no console error. A screenshot goes to
 // $BUNQUEUE_SCREENSHOTS, when set.
 func TestTwoClientsInBrowser(t *testing.T) {
 	browser := chromium()
@@ -41,7 +42,8 @@ func TestTwoClientsInBrowser(t *testing.T) {
 		chromedp.Click(chromedp.CSS(row(f.qb)+` form[data-action="pause"] button`)),
 		chromedp.WaitVisible(chromedp.CSS(row(f.qb)+` form[data-action="resume"]`)),
 	))
-	require.Contains(t, text("#notice"), "The queue is paused")
+	require.Contains(t, text("#notice"), "The queue "+f.qb+" of client mail is paused")
+	screenshot(t, ctx, "clients-paused")
 	require.True(t, paused(t, f.b), "the second client's queue is paused")
 	require.False(t, paused(t, f.a))
 	require.NoError(t, chromedp.Do(ctx,
@@ -49,5 +51,6 @@ func TestTwoClientsInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(row(f.qb)+` form[data-action="pause"]`)),
 	))
 	require.Eventually(t, func() bool { return !paused(t, f.b) }, 5*time.Second, 50*time.Millisecond)
+	require.Contains(t, text("#notice"), "The queue "+f.qb+" of client mail is resumed")
 	checkConsole()
 }

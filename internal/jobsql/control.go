@@ -18,7 +18,7 @@ import (
 // model that GetJob, LockJob and ListJobs scan into has a field for each.
 func (s SQL) JobColumns() string {
 	return "id, queue, kind, args, metadata, priority, state, attempts, max_attempts, run_at, created_at, completed_at, " +
-		"last_error, unique_key, lease_token, output, CASE WHEN run_at <= " + s.d.Now() + " THEN 1 ELSE 0 END AS due"
+		"last_error, unique_key, lease_token, output, " + AttemptErrorsColumn + ", CASE WHEN run_at <= " + s.d.Now() + " THEN 1 ELSE 0 END AS due"
 }
 
 // The indexes that serve ListJobs and FailedByJobID.

@@ -9,7 +9,7 @@ import (
 
 // FailedColumns are the failed-jobs table's columns, in its order: a
 // model that ListFailed and LockFailed scan into has a field for each.
-const FailedColumns = "id, job_id, queue, kind, args, metadata, priority, attempts, max_attempts, unique_key, limit_key, error, created_at, failed_at, trace_context"
+const FailedColumns = "id, job_id, queue, kind, args, metadata, priority, attempts, max_attempts, unique_key, limit_key, error, created_at, failed_at, trace_context, " + AttemptErrorsColumn
 
 // FailedFilter selects failed jobs, as bunqueue.FailedJobsFilter does,
 // its values checked.

@@ -13,16 +13,23 @@ import (
 // Config.Retention), an UPDATE to Completed.
 func (s SQL) completion(keep bool) string {
 	if keep {
-		return "UPDATE " + Jobs + " SET " + s.completedSet() + " WHERE "
+		return "UPDATE " + Jobs + " SET " + s.completedSet(true) + " WHERE "
 	}
 	return "DELETE FROM " + Jobs + " WHERE "
 }
 
 // completedSet is the SET list that keeps a job as completed: its unique
-// key is released, as a deleted job's is.
-func (s SQL) completedSet() string {
-	return "state = " + strconv.Itoa(Completed) + ", completed_at = " + s.d.Now() +
+// key is released, as a deleted job's is. held says the job completes in
+// the transaction that holds its lock (lock mode), whose attempt its
+// attempts do not count yet: a lease counts its attempt when it is
+// taken. Either way a completed job's attempts are its runs.
+func (s SQL) completedSet(held bool) string {
+	set := "state = " + strconv.Itoa(Completed) + ", completed_at = " + s.d.Now() +
 		", unique_key = NULL, lease_token = NULL, last_error = NULL"
+	if held {
+		set += ", attempts = attempts + 1"
+	}
+	return set
 }
 
 // Complete deletes the job id, or keeps it as completed, with output as
@@ -30,9 +37,12 @@ func (s SQL) completedSet() string {
 // leased with it. It reports whether it changed the job.
 func (s SQL) Complete(ctx context.Context, db bun.IDB, keep bool, id int64, token string, output []byte) (bool, error) {
 	where, args := byLease(id, token)
-	q := s.completion(keep)
+	q := s.completion(false)
+	if keep {
+		q = "UPDATE " + Jobs + " SET " + s.completedSet(token == "") + " WHERE "
+	}
 	if keep && output != nil {
-		q = "UPDATE " + Jobs + " SET " + s.completedSet() + ", output = ? WHERE "
+		q = "UPDATE " + Jobs + " SET " + s.completedSet(token == "") + ", output = ? WHERE "
 		args = append([]any{output}, args...)
 	}
 	return affected(db.NewRaw(q+where, args...).Exec(ctx))
@@ -56,7 +66,7 @@ func (s SQL) CompleteOne(keep bool, marker string) string {
 // READ COMMITTED); a DELETE is the dialect's DeleteIDs.
 func (s SQL) CompleteHeld(ctx context.Context, tx bun.IDB, keep bool, ids []int64) error {
 	if keep {
-		return exec(ctx, tx, "UPDATE "+s.byIDs()+" SET "+s.completedSet()+" WHERE id IN (?)", bun.List(ids))
+		return exec(ctx, tx, "UPDATE "+s.byIDs()+" SET "+s.completedSet(true)+" WHERE id IN (?)", bun.List(ids))
 	}
 	return exec(ctx, tx, s.d.DeleteIDs(Jobs, len(ids)), int64Args(ids)...)
 }
@@ -71,26 +81,35 @@ func (s SQL) Snooze(ctx context.Context, db bun.IDB, id int64, token string, att
 }
 
 // ScheduleRetry records a failed attempt of the job id, attempts and its
-// error, and schedules the next attempt after wait, ending its lease;
-// with a lease token, only while the job is leased with it. It reports
-// whether it changed the job.
+// error, as its last error and at the end of its attempt errors, and
+// schedules the next attempt after wait, ending its lease; with a lease
+// token, only while the job is leased with it. It reports whether it
+// changed the job.
 func (s SQL) ScheduleRetry(ctx context.Context, db bun.IDB, id int64, token string, attempts int, lastError string, wait time.Duration) (bool, error) {
 	where, args := byLease(id, token)
-	return affected(db.NewRaw("UPDATE "+Jobs+" SET attempts = ?, lease_token = NULL, last_error = ?, run_at = "+s.d.NowPlus(wait)+" WHERE "+where,
-		append([]any{attempts, lastError}, args...)...).Exec(ctx))
+	return affected(db.NewRaw("UPDATE "+Jobs+" SET attempts = ?, lease_token = NULL, last_error = ?, "+
+		AttemptErrorsColumn+" = "+s.appendAttempt()+", run_at = "+s.d.NowPlus(wait)+" WHERE "+where,
+		append([]any{attempts, lastError, attempts, attemptText(lastError)}, args...)...).Exec(ctx))
 }
 
-// MoveToFailed moves the job id to the failed jobs, with attempts and the
-// error of its last attempt; with a lease token, only while the job is
-// leased with it. Its payload is copied in SQL, byte for byte. It runs
-// two statements: db must be a transaction, or the job could be in both
-// tables. It reports whether it moved the job.
-func (s SQL) MoveToFailed(ctx context.Context, db bun.IDB, id int64, token string, attempts int, errorText string) (bool, error) {
+// MoveToFailed moves the job id to the failed jobs, with attempts and
+// errorText, the error it failed with, and its attempt errors; when
+// attempted, the failure ends attempt number attempts, which they gain
+// at their end (a job cancelled between its attempts gains none). With a
+// lease token, only while the job is leased with it. Its payload is
+// copied in SQL, byte for byte. It runs two statements: db must be a
+// transaction, or the job could be in both tables. It reports whether it
+// moved the job.
+func (s SQL) MoveToFailed(ctx context.Context, db bun.IDB, id int64, token string, attempts int, errorText string, attempted bool) (bool, error) {
 	where, args := byLease(id, token)
+	history, front := AttemptErrorsColumn, []any{attempts, errorText}
+	if attempted {
+		history, front = s.appendAttempt(), append(front, attempts, attemptText(errorText))
+	}
 	moved, err := affected(db.NewRaw(`INSERT INTO `+Failed+`
-	(job_id, queue, kind, args, metadata, priority, attempts, max_attempts, unique_key, limit_key, error, created_at, failed_at, trace_context)
-SELECT id, queue, kind, args, metadata, priority, ?, max_attempts, unique_key, limit_key, ?, created_at, `+s.d.Now()+`, trace_context
-FROM `+Jobs+` WHERE `+where, append([]any{attempts, errorText}, args...)...).Exec(ctx))
+	(job_id, queue, kind, args, metadata, priority, attempts, max_attempts, unique_key, limit_key, error, created_at, failed_at, trace_context, `+AttemptErrorsColumn+`)
+SELECT id, queue, kind, args, metadata, priority, ?, max_attempts, unique_key, limit_key, ?, created_at, `+s.d.Now()+`, trace_context, `+history+`
+FROM `+Jobs+` WHERE `+where, append(front, args...)...).Exec(ctx))
 	if err != nil || !moved {
 		return false, err
 	}

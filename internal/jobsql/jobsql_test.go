@@ -32,6 +32,6 @@ func TestValues(t *testing.T) {
 func TestCompleteOne(t *testing.T) {
 	t.Parallel()
 	require.Equal(t, "DELETE FROM bunqueue_jobs WHERE id = ?", jobsql.New(sqldialect.MySQL{}).CompleteOne(false, "?"))
-	require.Equal(t, "UPDATE bunqueue_jobs SET state = 1, completed_at = statement_timestamp(), unique_key = NULL, lease_token = NULL, last_error = NULL WHERE id = $1",
+	require.Equal(t, "UPDATE bunqueue_jobs SET state = 1, completed_at = statement_timestamp(), unique_key = NULL, lease_token = NULL, last_error = NULL, attempts = attempts + 1 WHERE id = $1",
 		jobsql.New(sqldialect.Postgres{}).CompleteOne(true, "$1"))
 }

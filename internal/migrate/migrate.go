@@ -221,7 +221,29 @@ var Migrations = []Migration{
 			ifMissing("COLUMNS", JobsTable, "column_name = 'limit_key'", `ALTER TABLE `+JobsTable+` ADD COLUMN limit_key VARBINARY(255) NULL`),
 			ifMissing("COLUMNS", FailedJobsTable, "column_name = 'limit_key'", `ALTER TABLE `+FailedJobsTable+` ADD COLUMN limit_key VARBINARY(255) NULL`)...),
 	},
+	{
+		Version: 8,
+		Name:    "attempt errors",
+		// attempt_errors is the JSON array of a job's failed attempts,
+		// oldest first, each {"attempt": n, "at_us": microseconds since
+		// the Unix epoch, "error": text}; NULL for none. A failed job
+		// keeps its job's. Text in utf8mb4, whatever the table's default
+		// character set, as the JSON functions write it; MEDIUMTEXT, as a
+		// TEXT's 65,535 bytes would not hold the kept attempts. Each ALTER
+		// checks first that its column is missing, as version 7's do.
+		Statements: append(
+			ifMissing("COLUMNS", JobsTable, "column_name = '"+AttemptErrorsColumn+"'", `ALTER TABLE `+JobsTable+` ADD COLUMN `+AttemptErrorsColumn+` `+attemptErrorsType),
+			ifMissing("COLUMNS", FailedJobsTable, "column_name = '"+AttemptErrorsColumn+"'", `ALTER TABLE `+FailedJobsTable+` ADD COLUMN `+AttemptErrorsColumn+` `+attemptErrorsType)...),
+	},
 }
+
+// AttemptErrorsColumn is the column of version 8, on the jobs and the
+// failed jobs, that holds a job's failed attempts.
+const AttemptErrorsColumn = "attempt_errors"
+
+// attemptErrorsType is the type of AttemptErrorsColumn on MySQL and
+// MariaDB.
+const attemptErrorsType = "MEDIUMTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL"
 
 // The indexes of version 4 that serve JobList and JobGet.
 const (

@@ -124,6 +124,15 @@ var Postgres = Schema{
 				`ALTER TABLE ` + FailedJobsTable + ` ADD COLUMN IF NOT EXISTS limit_key VARCHAR(255) NULL`,
 			},
 		},
+		{
+			Version: 8,
+			Name:    "attempt errors",
+			// jsonb, which the append edits in place of text.
+			Statements: []string{
+				`ALTER TABLE ` + JobsTable + ` ADD COLUMN IF NOT EXISTS ` + AttemptErrorsColumn + ` JSONB NULL`,
+				`ALTER TABLE ` + FailedJobsTable + ` ADD COLUMN IF NOT EXISTS ` + AttemptErrorsColumn + ` JSONB NULL`,
+			},
+		},
 	},
 	Rerun: " ON CONFLICT DO NOTHING",
 }

@@ -128,6 +128,15 @@ var SQLite = Schema{
 				`ALTER TABLE ` + FailedJobsTable + ` ADD COLUMN limit_key TEXT NULL`,
 			},
 		},
+		{
+			Version: 8,
+			Name:    "attempt errors",
+			// JSON as text, which json1's functions read and write.
+			Statements: []string{
+				`ALTER TABLE ` + JobsTable + ` ADD COLUMN ` + AttemptErrorsColumn + ` TEXT NULL`,
+				`ALTER TABLE ` + FailedJobsTable + ` ADD COLUMN ` + AttemptErrorsColumn + ` TEXT NULL`,
+			},
+		},
 	},
 	Rerun: " ON CONFLICT DO NOTHING",
 }

@@ -211,6 +211,13 @@ func (MySQL) MicrosSince(column string) string {
 	return "TIMESTAMPDIFF(MICROSECOND, " + column + ", UTC_TIMESTAMP(6))"
 }
 
+// AppendAttempt implements Dialect with the JSON functions that MySQL
+// 8.0 and MariaDB share; the column is text, which they parse.
+func (m MySQL) AppendAttempt(column string, keep int) string {
+	return fmt.Sprintf("JSON_ARRAY_APPEND(CASE WHEN %[1]s IS NULL THEN JSON_ARRAY() WHEN JSON_LENGTH(%[1]s) >= %[2]d THEN JSON_REMOVE(%[1]s, '$[0]') ELSE %[1]s END, "+
+		"'$', JSON_OBJECT('attempt', ?, 'at_us', %[3]s, 'error', ?))", column, keep, m.NowMicros())
+}
+
 // NowPlus implements Dialect.
 func (MySQL) NowPlus(d time.Duration) string {
 	return fmt.Sprintf("UTC_TIMESTAMP(6) + INTERVAL %d MICROSECOND", d.Microseconds())

@@ -266,6 +266,13 @@ func (Postgres) MicrosSince(column string) string {
 	return "CAST(EXTRACT(EPOCH FROM statement_timestamp() - " + column + ") * 1000000 AS BIGINT)"
 }
 
+// AppendAttempt implements Dialect on a jsonb column: "- 0" drops the
+// first element, "||" appends the array of the new object.
+func (p Postgres) AppendAttempt(column string, keep int) string {
+	return fmt.Sprintf("(CASE WHEN %[1]s IS NULL THEN '[]'::jsonb WHEN jsonb_array_length(%[1]s) >= %[2]d THEN %[1]s - 0 ELSE %[1]s END) || "+
+		"jsonb_build_array(jsonb_build_object('attempt', CAST(? AS INTEGER), 'at_us', %[3]s, 'error', CAST(? AS TEXT)))", column, keep, p.NowMicros())
+}
+
 // NowPlus implements Dialect. The interval literal keeps every
 // microsecond, where a multiplication of an interval goes through float8.
 func (Postgres) NowPlus(d time.Duration) string {

@@ -109,6 +109,13 @@ type Dialect interface {
 	MicrosSince(column string) string
 	// Time renders t as a literal of the jobs tables' time columns.
 	Time(t time.Time) string
+	// AppendAttempt is the SQL of column, a JSON array of failed attempts
+	// (NULL for none), with one more object at its end:
+	// {"attempt": ?, "at_us": NowMicros, "error": ?}, the two markers the
+	// attempt's number and its error. When the array holds keep objects
+	// or more, its first (oldest) one is dropped, so that an array that
+	// only ever grows through it holds at most keep.
+	AppendAttempt(column string, keep int) string
 	// SkipTakenKeys is the clause, after an INSERT's VALUES, that skips
 	// the rows whose unique key is taken, where the server can skip those
 	// rows and hide no other error. Where it cannot (MySQL, whose INSERT

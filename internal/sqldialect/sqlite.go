@@ -321,6 +321,13 @@ func (SQLite) MicrosSince(column string) string {
 	return "CAST(ROUND((julianday('now') - julianday(" + column + ")) * 86400000) AS INTEGER) * 1000"
 }
 
+// AppendAttempt implements Dialect with json1's functions on a text
+// column: '$[#]' is the place after the array's last element.
+func (l SQLite) AppendAttempt(column string, keep int) string {
+	return fmt.Sprintf("json_insert(CASE WHEN %[1]s IS NULL THEN '[]' WHEN json_array_length(%[1]s) >= %[2]d THEN json_remove(%[1]s, '$[0]') ELSE %[1]s END, "+
+		"'$[#]', json_object('attempt', ?, 'at_us', %[3]s, 'error', ?))", column, keep, l.NowMicros())
+}
+
 // NowPlus implements Dialect with a seconds modifier written in Go, to
 // the microsecond (SQLite has no microseconds modifier, and rounds to
 // the millisecond).

@@ -51,10 +51,10 @@ func TestPauseAndResumeButtons(t *testing.T) {
 
 	res, body = post(t, h, "/pause", url.Values{"name": {f.queue}, "csrf": {token}}, cookie)
 	require.Equal(t, http.StatusSeeOther, res.StatusCode, body)
-	require.Equal(t, "./?done=pause", res.Header.Get("Location"))
+	require.Equal(t, "./?done=pause&name="+f.queue, res.Header.Get("Location"))
 	require.True(t, pausedIn(t, f.client, f.queue))
-	_, body = get(t, h, "/?done=pause")
-	require.Contains(t, body, "The queue is paused, for every process")
+	_, body = get(t, h, "/?done=pause&name="+f.queue)
+	require.Contains(t, body, "The queue "+f.queue+" is paused, for every process", "the notice names the queue")
 	row := body[strings.Index(body, `data-queue="`+f.queue+`"`):]
 	row = row[:strings.Index(row, "</tr>")]
 	require.Contains(t, row, "paused")
