@@ -166,7 +166,8 @@
 // # Operating
 //
 // [Client.Stats] and [Client.RecentFailures] report each queue's state in
-// this process. Package github.com/bunqueue/bunqueue/dashboard serves them,
+// this process, and [Client.History] its last hour a minute at a time,
+// with, for a jobs queue, how long the jobs it started had been due. Package github.com/bunqueue/bunqueue/dashboard serves them,
 // and the failed jobs, as an http.Handler to mount behind the
 // application's own authentication; the command
 // github.com/bunqueue/bunqueue/cmd/bunqueue migrates, reports and manages

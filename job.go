@@ -161,4 +161,21 @@ type jobRow struct {
 	LeaseToken  *string
 	// TraceContext is the carrier of the span that enqueued the job.
 	TraceContext []byte
+	// WaitedUS is what a claim read of the job's wait, in microseconds
+	// on the database clock (jobsql.SQL.WaitColumn), and claimedAt when
+	// that claim's statement ran, on this process's clock (see
+	// jobRow.waited).
+	WaitedUS  int64 `bun:"waited_us,scanonly"`
+	claimedAt time.Time
+}
+
+// waited is how long the job had been due when its worker starts it, now:
+// its wait at the claim, read on the database clock, plus the time since
+// the claim, on this process's monotonic clock, so that no two clocks are
+// compared. ok is false for a row that no claim read.
+func (r *jobRow) waited() (d time.Duration, ok bool) {
+	if r.claimedAt.IsZero() {
+		return 0, false
+	}
+	return max(0, time.Duration(r.WaitedUS)*time.Microsecond+time.Since(r.claimedAt)), true
 }

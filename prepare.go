@@ -73,7 +73,7 @@ func (q *Queue[T]) markers() []feedKey {
 // prepared yet: nothing ran, and the row is claimed in text.
 func (q *Queue[T]) claimOne(ctx context.Context, tx bun.Tx, k feedKey) (items []T, ok bool, err error) {
 	items = make([]T, 0, 1)
-	sel := q.onlyKeys(q.apply(q.byKey(tx.NewSelect().Model(&items))), q.markers()).Limit(1)
+	sel := q.onlyKeys(q.apply(q.byKey(q.newClaim(tx, &items))), q.markers()).Limit(1)
 	ok, err = q.scanPrepared(ctx, tx, sqldialect.Locking(sel, q.client.dialect.SkipLocked()), k.vals, &items)
 	return items, ok, err
 }

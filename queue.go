@@ -100,6 +100,12 @@ type jobsOnly[T any] struct {
 	// of the queue go through, whatever the table's statistics say: the
 	// jobs table's claim index.
 	headIndex string
+	// claimColumn, if set, is a computed column that claims read besides
+	// the model's (jobsql.SQL.WaitColumn), and claimed is called with the
+	// rows of each claim and the time, on this process's clock, just
+	// before its statement ran.
+	claimColumn string
+	claimed     func(items []T, at time.Time)
 }
 
 // AnyQueue is implemented by every *Queue[T], whatever its T, so that a

@@ -195,8 +195,9 @@ type counters struct {
 // queueCounts are one queue's counts.
 type queueCounts struct {
 	inFlight int
-	seconds  window // by unix second
-	minutes  window // by unix minute
+	seconds  window      // by unix second
+	minutes  window      // by unix minute
+	waits    *waitWindow // a jobs queue's waits before start, nil until one started
 }
 
 // window counts events in 60 slots of one unit of time each.

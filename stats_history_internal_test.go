@@ -2,6 +2,7 @@ package bunqueue
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -52,4 +53,84 @@ func sumMinutes(xs []int64) (n int64) {
 		n += x
 	}
 	return n
+}
+
+// The histogram of a minute's waits: its buckets are four to a doubling
+// from 1 ms; a percentile is the top of its bucket, never above the
+// longest wait.
+func TestWaitHistogram(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		d    time.Duration
+		want int
+	}{
+		{0, 0}, {999 * time.Microsecond, 0}, {time.Millisecond, 1}, {1189 * time.Microsecond, 1},
+		{1190 * time.Microsecond, 2}, {2 * time.Millisecond, 5}, {time.Second, 1 + 4*9 + 3}, // 2^9.75 ms < 1 s < 2^10 ms
+		{5 * time.Hour, waitBuckets - 1}, {1000 * time.Hour, waitBuckets - 1},
+	} {
+		require.Equal(t, c.want, waitBucket(c.d), "the bucket of %v", c.d)
+		if c.want < waitBuckets-1 {
+			require.Less(t, c.d, bucketTop(c.want), "%v is under its bucket's top", c.d)
+		}
+	}
+	var h waitHist
+	require.Zero(t, h.quantile(0.5), "no wait")
+	for range 90 {
+		h.add(10 * time.Millisecond) // bucket 14: 2^3.25 to 2^3.5 ms
+	}
+	for range 9 {
+		h.add(300 * time.Millisecond)
+	}
+	h.add(2 * time.Minute)
+	require.Equal(t, int64(100), h.n)
+	require.Equal(t, bucketTop(14), h.quantile(0.50))
+	require.InDelta(t, 11.3, h.quantile(0.50).Seconds()*1000, 0.1, "within 19% above the median")
+	require.Equal(t, bucketTop(waitBucket(300*time.Millisecond)), h.quantile(0.95))
+	require.Equal(t, 2*time.Minute, h.quantile(1), "the top bucket's top is above the longest wait")
+	require.Equal(t, 2*time.Minute, h.max)
+
+	var one waitHist
+	one.add(700 * time.Microsecond)
+	require.Equal(t, 700*time.Microsecond, one.quantile(0.5), "under 1 ms: the longest wait, below the bucket's top")
+}
+
+// History's waits: a minute a slot, the minutes with no start zero and
+// told apart by Started, and minutes that left the hour forgotten.
+func TestWaitHistory(t *testing.T) {
+	t.Parallel()
+	var m counters
+	t0 := time.Unix(1_800_000_000, 0) // on a minute boundary
+	m.started("q", 400*time.Millisecond, t0)
+	m.started("q", 0, t0.Add(30*time.Second))
+	m.started("q", 2*time.Second, t0.Add(59*time.Second))
+	m.started("q", 0, t0.Add(10*time.Minute))
+	m.started("other", time.Hour, t0)
+	m.add("table", 3, nil, t0)
+
+	h := m.history("q", t0.Add(10*time.Minute+1*time.Second))
+	zeros := make([]time.Duration, HistoryMinutes)
+	started, p50, p95, most := make([]int64, HistoryMinutes), slices.Clone(zeros), slices.Clone(zeros), slices.Clone(zeros)
+	started[49], started[59] = 3, 1
+	p50[49], p95[49], most[49] = bucketTop(waitBucket(400*time.Millisecond)), 2*time.Second, 2*time.Second
+	require.Equal(t, started, h.Started)
+	require.Equal(t, p50, h.WaitP50)
+	require.Equal(t, p95, h.WaitP95)
+	require.Equal(t, most, h.WaitMax)
+	require.Zero(t, h.WaitMax[59], "a start with no wait")
+
+	h = m.history("q", t0.Add(60*time.Minute)) // the first minute has left the hour
+	started = make([]int64, HistoryMinutes)
+	started[9] = 1 // minute 10, now the tenth
+	require.Equal(t, started, h.Started)
+	require.Equal(t, zeros, h.WaitMax)
+
+	m.started("q", time.Second, t0.Add(70*time.Minute)) // the slot of minute 10 again
+	h = m.history("q", t0.Add(70*time.Minute))
+	started = make([]int64, HistoryMinutes)
+	started[59] = 1
+	require.Equal(t, started, h.Started, "minute 10's slot now counts minute 70")
+	require.Equal(t, time.Second, h.WaitMax[59])
+
+	require.Equal(t, make([]int64, HistoryMinutes), m.history("table", t0).Started, "a table queue starts no job")
+	require.Equal(t, zeros, m.history("none", t0).WaitP95)
 }

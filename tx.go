@@ -144,6 +144,16 @@ func (q *Queue[T]) runWhole(ctx context.Context, tx bun.Tx, batchSpan trace.Span
 // past every row that the workers of all processes hold. The feed holds
 // back the keys found locked, and spreads its next reads (see feed.add).
 func (q *Queue[T]) claim(ctx context.Context, tx bun.Tx, prep bool, limit int, keys []feedKey) ([]T, error) {
+	at := time.Now()
+	items, err := q.claimRows(ctx, tx, prep, limit, keys)
+	if err == nil && q.claimed != nil {
+		q.claimed(items, at)
+	}
+	return items, err
+}
+
+// claimRows is claim without the claimed hook.
+func (q *Queue[T]) claimRows(ctx context.Context, tx bun.Tx, prep bool, limit int, keys []feedKey) ([]T, error) {
 	if keys == nil {
 		return q.claimHead(ctx, tx, limit)
 	}
@@ -157,7 +167,7 @@ func (q *Queue[T]) claim(ctx context.Context, tx bun.Tx, prep bool, limit int, k
 	// moment, rows that other workers are about to claim, and make them
 	// skip those.
 	items := make([]T, 0, len(keys))
-	sel := q.onlyKeys(q.apply(q.byKey(tx.NewSelect().Model(&items))), keys).Limit(int64(len(keys)))
+	sel := q.onlyKeys(q.apply(q.byKey(q.newClaim(tx, &items))), keys).Limit(int64(len(keys)))
 	if err := sqldialect.Locking(sel, q.client.dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, err
 	}
@@ -169,11 +179,21 @@ func (q *Queue[T]) claim(ctx context.Context, tx bun.Tx, prep bool, limit int, k
 func (q *Queue[T]) claimHead(ctx context.Context, tx bun.Tx, limit int) ([]T, error) {
 	items := make([]T, 0, limit)
 	now := time.Now()
-	sel := q.excludeFull(q.excludeCooling(q.apply(q.atHead(tx.NewSelect().Model(&items))).Limit(int64(limit)), now), now)
+	sel := q.excludeFull(q.excludeCooling(q.apply(q.atHead(q.newClaim(tx, &items))).Limit(int64(limit)), now), now)
 	if err := sqldialect.Locking(sel, q.client.dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, err
 	}
 	return items, nil
+}
+
+// newClaim returns the SELECT of a claim into items: the model's
+// columns, and the queue's claimColumn if it has one.
+func (q *Queue[T]) newClaim(tx bun.Tx, items *[]T) *bun.SelectQuery {
+	sel := tx.NewSelect().Model(items)
+	if q.claimColumn != "" {
+		sel = sel.ColumnExpr("?TableColumns").ColumnExpr(q.claimColumn)
+	}
+	return sel
 }
 
 // byKey makes sel read the table by its primary key, where the dialect

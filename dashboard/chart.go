@@ -25,15 +25,18 @@ type chart struct {
 	Title   string // what it shows, such as "Processed per minute"
 	Class   string // "processed", "failed" or "depth", for the style
 	Summary string // the chart's tooltip: the series in a sentence
+	Of      string // what the scale is of, such as "p95"; empty: the values
 	Max     string // the top of the scale
 	Last    string // the latest value
 	From    string // the first minute, "15:04 UTC"
 	To      string // the last minute
 	Bars    []mark // a bar per minute with a count above zero
+	Inner   []mark // bars drawn over Bars, darker: the waits' medians
 	Line    string // the depth's path, its gaps left open
 	Dot     *mark  // the depth's latest point (X, Y), nil without one
 	Slots   []mark // a column per minute, under its tooltip
 	NoData  bool   // no value at all: nothing drawn
+	Empty   string // what the chart says when NoData, "no data yet"
 	W, H    int
 	BaseY   int // the baseline's y, zero
 	TopY    int // the y of Max
@@ -59,11 +62,15 @@ func chartsOf(hist []QueueHistory) []queueCharts {
 		for i, d := range qh.Depth {
 			depth[i] = int64(d)
 		}
-		out = append(out, queueCharts{Queue: qh.Queue, Charts: []chart{
+		charts := []chart{
 			countChart("Processed per minute", "processed", "processed", qh.Processed, qh.From),
 			countChart("Failed per minute", "failed", "failed", qh.Failed, qh.From),
 			depthChart(depth, qh.From),
-		}})
+		}
+		if qh.Kind == bunqueue.QueueKindJobs { // a table's rows have no due time
+			charts = append(charts, waitChart(qh.QueueHistory))
+		}
+		out = append(out, queueCharts{Queue: qh.Queue, Charts: charts})
 	}
 	return out
 }
@@ -72,7 +79,18 @@ func chartsOf(hist []QueueHistory) []queueCharts {
 // its scale and tooltips; a value below zero is no value. noun names a
 // value in the tooltips ("processed": "3 processed").
 func newChart(title, class, noun string, values []int64, from time.Time, label func(int64) string) chart {
-	c := chart{Title: title, Class: class, W: chartW, H: chartH, BaseY: baseY, TopY: baseY - plotH, NoData: true}
+	return newChartTips(title, class, values, from, label, func(i int) string {
+		if values[i] < 0 {
+			return "no value"
+		}
+		return label(values[i]) + " " + noun
+	})
+}
+
+// newChartTips is newChart with the tooltip of minute i, after its
+// time, from tip.
+func newChartTips(title, class string, values []int64, from time.Time, label func(int64) string, tip func(i int) string) chart {
+	c := chart{Title: title, Class: class, W: chartW, H: chartH, BaseY: baseY, TopY: baseY - plotH, NoData: true, Empty: "no data yet"}
 	last, top := int64(-1), int64(0)
 	for _, v := range values {
 		if v >= 0 {
@@ -86,14 +104,8 @@ func newChart(title, class, noun string, values []int64, from time.Time, label f
 	if len(values) > 0 {
 		c.From, c.To = clock(from), clock(from.Add(time.Duration(len(values)-1)*time.Minute))
 	}
-	for i, v := range values {
-		tip := clock(from.Add(time.Duration(i)*time.Minute)) + ": "
-		if v < 0 {
-			tip += "no value"
-		} else {
-			tip += label(v) + " " + noun
-		}
-		c.Slots = append(c.Slots, mark{X: i * slotW, W: slotW, H: chartH, Title: tip})
+	for i := range values {
+		c.Slots = append(c.Slots, mark{X: i * slotW, W: slotW, H: chartH, Title: clock(from.Add(time.Duration(i)*time.Minute)) + ": " + tip(i)})
 	}
 	c.Summary = fmt.Sprintf("%s over the last hour: at most %s, now %s", title, c.Max, c.Last)
 	if c.NoData {
@@ -105,33 +117,43 @@ func newChart(title, class, noun string, values []int64, from time.Time, label f
 // countChart is a bar chart of counts per minute.
 func countChart(title, class, noun string, values []int64, from time.Time) chart {
 	c := newChart(title, class, noun, values, from, func(v int64) string { return strconv.FormatInt(v, 10) })
-	top := int64(0)
-	for _, v := range values {
-		top = max(top, v)
-	}
+	c.Bars = bars(values, top(values))
+	return c
+}
+
+// bars returns a bar for each value above zero, on a scale whose top is
+// top.
+func bars(values []int64, top int64) []mark {
+	var out []mark
 	for i, v := range values {
 		if v > 0 {
 			h := height(v, top)
-			c.Bars = append(c.Bars, mark{X: i*slotW + 1, Y: baseY - h, W: slotW - 1, H: h})
+			out = append(out, mark{X: i*slotW + 1, Y: baseY - h, W: slotW - 1, H: h})
 		}
 	}
-	return c
+	return out
+}
+
+// top is the largest of values, zero or more.
+func top(values []int64) int64 {
+	t := int64(0)
+	for _, v := range values {
+		t = max(t, v)
+	}
+	return t
 }
 
 // depthChart is a line of the depths, broken where a minute has none
 // (below zero).
 func depthChart(values []int64, from time.Time) chart {
 	c := newChart("Depth", "depth", "waiting", values, from, func(v int64) string { return depthLabel(int(v)) })
-	top := int64(0)
-	for _, v := range values {
-		top = max(top, v)
-	}
+	most := top(values)
 	var b strings.Builder
 	for i, v := range values {
 		if v < 0 {
 			continue
 		}
-		x, y := i*slotW+slotW/2, baseY-height(v, top) // the minute's middle
+		x, y := i*slotW+slotW/2, baseY-height(v, most) // the minute's middle
 		c.Dot = &mark{X: x, Y: y}
 		start := i == 0 || values[i-1] < 0
 		switch {

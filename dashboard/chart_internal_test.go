@@ -109,6 +109,77 @@ func TestChartsEscape(t *testing.T) {
 	require.Equal(t, 3, strings.Count(html, "<svg "), "three charts a queue")
 }
 
+// A jobs queue has a fourth chart, of its waits before start; a queue
+// over a table has none.
+func TestChartsWaitForJobsQueuesOnly(t *testing.T) {
+	t.Parallel()
+	hist := func(kind bunqueue.QueueKind) QueueHistory {
+		return QueueHistory{QueueHistory: waitHistory(nil), Kind: kind, Depth: make([]int, bunqueue.HistoryMinutes)}
+	}
+	charts := chartsOf([]QueueHistory{hist(bunqueue.QueueKindJobs), hist(bunqueue.QueueKindTable)})
+	require.Len(t, charts[0].Charts, 4)
+	require.Equal(t, "wait", charts[0].Charts[3].Class)
+	require.Len(t, charts[1].Charts, 3, "a table's rows have no due time")
+}
+
+// waitHistory is an hour of a jobs queue whose minutes from the first
+// started the jobs of starts, each with waits p50, p95 and max.
+func waitHistory(starts []int64, waits ...[3]time.Duration) bunqueue.QueueHistory {
+	h := bunqueue.QueueHistory{Queue: "q", From: chartFrom, Started: make([]int64, bunqueue.HistoryMinutes),
+		WaitP50: make([]time.Duration, bunqueue.HistoryMinutes), WaitP95: make([]time.Duration, bunqueue.HistoryMinutes), WaitMax: make([]time.Duration, bunqueue.HistoryMinutes)}
+	for i, n := range starts {
+		h.Started[i] = n
+		h.WaitP50[i], h.WaitP95[i], h.WaitMax[i] = waits[i][0], waits[i][1], waits[i][2]
+	}
+	return h
+}
+
+// The waits chart: a bar of the minute's p95 with its p50 over it, on a
+// scale of the hour's largest p95, in readable units; a minute with no
+// start is no bar and says so, a start with no wait is a zero.
+func TestWaitChart(t *testing.T) {
+	t.Parallel()
+	ms := time.Millisecond
+	c := waitChart(waitHistory([]int64{3, 0, 1, 2},
+		[3]time.Duration{100 * ms, 400 * ms, 1500 * ms}, [3]time.Duration{}, [3]time.Duration{}, [3]time.Duration{150 * ms, 200 * ms, 250 * ms}))
+	require.False(t, c.NoData)
+	require.Equal(t, []mark{{X: 1, Y: 3, W: 3, H: 44}, {X: 13, Y: 25, W: 3, H: 22}}, c.Bars, "the p95s: 400 ms is the top")
+	require.Equal(t, []mark{{X: 1, Y: 36, W: 3, H: 11}, {X: 13, Y: 30, W: 3, H: 17}}, c.Inner, "the p50s, on the same scale")
+	require.Equal(t, [2]string{"400 ms", "–"}, [2]string{c.Max, c.Last}, "no start in the last minute")
+	require.Equal(t, "16:00 UTC: 3 started, waited p50 100 ms · p95 400 ms · max 1.5 s", c.Slots[0].Title)
+	require.Equal(t, "16:01 UTC: no job started", c.Slots[1].Title)
+	require.Equal(t, "16:02 UTC: 1 started, waited p50 0 ms · p95 0 ms · max 0 ms", c.Slots[2].Title)
+	require.Equal(t, "Wait before start, each minute's 95th percentile and, darker, median, over the last hour: at most 400 ms, now –", c.Summary)
+	svg := renderChart(t, "chart", c)
+	require.Contains(t, svg, `<rect class="bar inner" x="1" y="36" width="3" height="11"></rect>`)
+	require.Contains(t, svg, `<figure class="chart chart-wait">`)
+
+	starts := make([]int64, bunqueue.HistoryMinutes)
+	starts[bunqueue.HistoryMinutes-1] = 1
+	waits := make([][3]time.Duration, bunqueue.HistoryMinutes)
+	waits[bunqueue.HistoryMinutes-1] = [3]time.Duration{12 * ms, 30 * ms, 30 * ms}
+	now := waitChart(waitHistory(starts, waits...))
+	require.Equal(t, [2]string{"30 ms", "30 ms"}, [2]string{now.Max, now.Last}, "a start this minute")
+
+	none := waitChart(waitHistory(nil))
+	require.True(t, none.NoData, "no job started in the hour")
+	require.Empty(t, none.Bars)
+	require.Equal(t, [2]string{"–", "–"}, [2]string{none.Max, none.Last})
+	require.Equal(t, "Wait before start over the last hour: no job started", none.Summary)
+	require.Contains(t, renderChart(t, "chart", none), ">no job started</text>")
+	require.Contains(t, renderChart(t, "chart", none), "p95: max – · now –")
+}
+
+func TestWaitLabel(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]string{
+		0: "0 ms", 400 * time.Microsecond: "0.4 ms", 9500 * time.Microsecond: "9.5 ms", 512 * time.Millisecond: "512 ms",
+		1500 * time.Millisecond: "1.5 s", 42 * time.Second: "42 s", 10 * time.Minute: "10.0 min", 90 * time.Minute: "1.5 h",
+	} {
+		require.Equal(t, want, waitLabel(d), "%v", d)
+	}
+}
+
 // The dashboard keeps the last depth it read in each minute, and tells
 // the minutes it read none.
 func TestDepthSamples(t *testing.T) {

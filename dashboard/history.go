@@ -7,10 +7,13 @@ import (
 )
 
 // QueueHistory is one queue's last hour, a minute a slot, oldest first:
-// the processed and failed counts of Client.History, and the depths this
-// dashboard saw.
+// the processed and failed counts of Client.History, and a jobs queue's
+// starts and waits before start; and the depths this dashboard saw.
 type QueueHistory struct {
 	bunqueue.QueueHistory
+	// Kind is the queue's kind, as Client.Stats says: only a jobs queue
+	// has waits before start.
+	Kind bunqueue.QueueKind `json:"kind"`
 	// Depth is, for each minute, the last depth this dashboard read in it
 	// (Client.Stats, read when a page or its refresh asks, at most once a
 	// second), or -1 when it read none: no page was open then, or the
@@ -73,7 +76,7 @@ func (h *handler) history(queues []bunqueue.QueueStats, owners []int) []QueueHis
 		h.mu.Lock()
 		d := h.depths.series(depthKey(owners[i], st.Name), qh.From)
 		h.mu.Unlock()
-		out = append(out, QueueHistory{QueueHistory: qh, Depth: d})
+		out = append(out, QueueHistory{QueueHistory: qh, Kind: st.Kind, Depth: d})
 	}
 	return out
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The overview's charts in headless Chromium: three per queue, drawn
+// The overview's charts in headless Chromium: four per jobs queue, drawn
 // (their bars have a size on the page), with their tooltips, drawn again
 // by the page's own refresh, with no console error or CSP violation. A
 // screenshot goes to $BUNQUEUE_SCREENSHOTS, when set.
@@ -32,7 +32,7 @@ func TestChartsInBrowser(t *testing.T) {
 		return n
 	}
 	for _, q := range []string{f.good, f.bad} {
-		require.Equal(t, 3, count(fmt.Sprintf(`#history .queue-charts[data-queue=%q] svg`, q)), q)
+		require.Equal(t, 4, count(fmt.Sprintf(`#history .queue-charts[data-queue=%q] svg`, q)), q)
 	}
 	drawn, err := chromedp.Run(ctx, chromedp.Evaluate[float64](fmt.Sprintf(
 		`Array.from(document.querySelectorAll('.queue-charts[data-queue=%q] .chart-processed rect.bar')).reduce((h, r) => h + r.getBBox().height, 0)`, f.good)))
@@ -42,6 +42,10 @@ func TestChartsInBrowser(t *testing.T) {
 		`document.querySelector('.queue-charts[data-queue=%q] .chart-failed svg > title').textContent`, f.bad)))
 	require.NoError(t, err)
 	require.Contains(t, tip, "Failed per minute over the last hour: at most")
+	waits, err := chromedp.Run(ctx, chromedp.Evaluate[float64](fmt.Sprintf(
+		`Array.from(document.querySelectorAll('.queue-charts[data-queue=%q] .chart-wait rect.bar')).reduce((h, r) => h + r.getBBox().height, 0)`, f.good)))
+	require.NoError(t, err)
+	require.Greater(t, waits, 0.0, "the waits' bars have a height on the page")
 
 	// The refresh puts new charts in place, in the same document.
 	fresh, err := chromedp.Run(ctx, chromedp.Poll[bool](
@@ -49,7 +53,7 @@ func TestChartsInBrowser(t *testing.T) {
 		chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
 	require.NoError(t, err, "the page refreshes its charts")
 	require.True(t, fresh)
-	require.Equal(t, 3, count(fmt.Sprintf(`#history .queue-charts[data-queue=%q] svg`, f.good)))
+	require.Equal(t, 4, count(fmt.Sprintf(`#history .queue-charts[data-queue=%q] svg`, f.good)))
 
 	screenshot(t, ctx, "charts")
 	checkConsole()

@@ -100,9 +100,10 @@ func setupCharts(t *testing.T) *chartsFixture {
 	return f
 }
 
-// The overview, and the fragment its refresh fetches, draw three charts
-// per queue from the queue's last hour; data.json has the same history,
-// whose minutes add up to the hour's figures.
+// The overview, and the fragment its refresh fetches, draw four charts
+// per jobs queue from the queue's last hour, the fourth of the waits
+// before start; data.json has the same history, whose minutes add up to
+// the hour's figures.
 func TestOverviewCharts(t *testing.T) {
 	t.Parallel()
 	f := setupCharts(t)
@@ -120,8 +121,8 @@ func TestOverviewCharts(t *testing.T) {
 		page := get(path)
 		for _, q := range []string{f.good, f.bad} {
 			block := chartsOf(t, page, q)
-			require.Equal(t, 3, strings.Count(block, "<svg "), "three charts of %s on %q", q, path)
-			for _, class := range []string{"chart-processed", "chart-failed", "chart-depth"} {
+			require.Equal(t, 4, strings.Count(block, "<svg "), "four charts of %s on %q", q, path)
+			for _, class := range []string{"chart-processed", "chart-failed", "chart-depth", "chart-wait"} {
 				require.Contains(t, block, class)
 			}
 		}
@@ -133,6 +134,10 @@ func TestOverviewCharts(t *testing.T) {
 		require.NotZero(t, strings.Count(chartOf(t, bad, "failed"), `class="bar"`), "the bad queue's failures")
 		require.Contains(t, chartOf(t, bad, "depth"), `<path class="line"`, "the depth read with the page")
 		require.Contains(t, chartOf(t, chartsOf(t, page, f.idle), "depth"), fmt.Sprintf("max %d · now %d", f.waiting, f.waiting), "the jobs waiting in the paused queue")
+		wait := chartOf(t, good, "wait")
+		require.Equal(t, int64(f.processed), tipsSum(t, wait, "started, waited p50 [^<]*"), "the good queue's starts, minute by minute")
+		require.NotZero(t, strings.Count(wait, `class="bar inner"`), "the waits' medians")
+		require.Contains(t, chartOf(t, chartsOf(t, page, f.idle), "wait"), ">no job started</text>", "the paused queue started none")
 	}
 
 	var d dashboard.Data
@@ -148,6 +153,13 @@ func TestOverviewCharts(t *testing.T) {
 			p, fl = p+h.Processed[j], fl+h.Failed[j]
 		}
 		require.Equal(t, [2]int64{st.ProcessedLastHour, st.FailedLastHour}, [2]int64{p, fl}, st.Name)
+		var started int64
+		for j, n := range h.Started {
+			started += n
+			require.LessOrEqual(t, h.WaitP50[j], h.WaitMax[j], st.Name)
+		}
+		require.Equal(t, st.ProcessedLastHour+st.FailedLastHour, started, "%s: each job started once, and completed or failed", st.Name)
+		require.Equal(t, bunqueue.QueueKindJobs, h.Kind)
 		require.Equal(t, st.Depth, h.Depth[len(h.Depth)-1], "this minute's depth is the one just read")
 		require.Equal(t, -1, h.Depth[0], "no page was open an hour ago")
 	}

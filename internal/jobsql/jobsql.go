@@ -71,6 +71,15 @@ func (s SQL) ClaimQuery(queue string) func(*bun.SelectQuery) *bun.SelectQuery {
 	}
 }
 
+// WaitColumn is the column a claim with ClaimQuery reads besides the
+// job's: waited_us, the microseconds from the job's run_at (when it became
+// due) to the claim statement's time, both on the database clock. The
+// claim's WHERE makes it zero or more. It is an expression on the rows
+// the claim reads, so it costs the claim no read.
+func (s SQL) WaitColumn() string {
+	return s.d.MicrosSince("run_at") + " AS waited_us"
+}
+
 // byIDs is the jobs table for a statement on a list of its ids: read
 // through its primary key where the dialect can say so. Planned by the
 // statistics alone, such a statement is a scan of the table when they say

@@ -206,6 +206,11 @@ func (MySQL) NowMicros() string {
 	return "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))"
 }
 
+// MicrosSince implements Dialect: both DATETIME(6) wall times in UTC.
+func (MySQL) MicrosSince(column string) string {
+	return "TIMESTAMPDIFF(MICROSECOND, " + column + ", UTC_TIMESTAMP(6))"
+}
+
 // AppendAttempt implements Dialect with the JSON functions that MySQL
 // 8.0 and MariaDB share; the column is text, which they parse.
 func (m MySQL) AppendAttempt(column string, keep int) string {

@@ -260,6 +260,12 @@ func (Postgres) NowMicros() string {
 	return "CAST(EXTRACT(EPOCH FROM statement_timestamp()) * 1000000 AS BIGINT)"
 }
 
+// MicrosSince implements Dialect: the interval between two timestamptz
+// values as seconds (a numeric, exact to the microsecond) times a million.
+func (Postgres) MicrosSince(column string) string {
+	return "CAST(EXTRACT(EPOCH FROM statement_timestamp() - " + column + ") * 1000000 AS BIGINT)"
+}
+
 // AppendAttempt implements Dialect on a jsonb column: "- 0" drops the
 // first element, "||" appends the array of the new object.
 func (p Postgres) AppendAttempt(column string, keep int) string {

@@ -102,6 +102,11 @@ type Dialect interface {
 	// ticks are numbers that mean one instant whatever a driver's or a
 	// session's time zone.
 	NowMicros() string
+	// MicrosSince is the SQL of the BIGINT of microseconds from the time
+	// in column, a jobs table's time column, to Now: both on the database
+	// clock, so that no app server's clock enters (to the millisecond
+	// where the server keeps no finer time).
+	MicrosSince(column string) string
 	// Time renders t as a literal of the jobs tables' time columns.
 	Time(t time.Time) string
 	// Contains is the condition that column, a text column of the jobs

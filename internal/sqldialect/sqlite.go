@@ -314,6 +314,13 @@ func (SQLite) NowMicros() string {
 	return "CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER) * 1000"
 }
 
+// MicrosSince implements Dialect: julianday reads the stored text, with
+// its offset, as Now's 'now' is read; the difference in days, rounded to
+// the millisecond, then microseconds.
+func (SQLite) MicrosSince(column string) string {
+	return "CAST(ROUND((julianday('now') - julianday(" + column + ")) * 86400000) AS INTEGER) * 1000"
+}
+
 // AppendAttempt implements Dialect with json1's functions on a text
 // column: '$[#]' is the place after the array's last element.
 func (l SQLite) AppendAttempt(column string, keep int) string {
