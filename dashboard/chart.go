@@ -25,7 +25,6 @@ type chart struct {
 	Title   string // what it shows, such as "Processed per minute"
 	Class   string // "processed", "failed" or "depth", for the style
 	Summary string // the chart's tooltip: the series in a sentence
-	Of      string // what the scale is of, such as "p95"; empty: the values
 	Max     string // the top of the scale
 	Last    string // the latest value
 	From    string // the first minute, "15:04 UTC"

@@ -167,7 +167,7 @@ func TestWaitChart(t *testing.T) {
 	require.Equal(t, [2]string{"–", "–"}, [2]string{none.Max, none.Last})
 	require.Equal(t, "Wait before start over the last hour: no job started", none.Summary)
 	require.Contains(t, renderChart(t, "chart", none), ">no job started</text>")
-	require.Contains(t, renderChart(t, "chart", none), "p95: max – · now –")
+	require.Contains(t, renderChart(t, "chart", none), `<span class="chart-title">Wait p95</span> <span class="chart-scale">max – · now –</span>`)
 }
 
 func TestWaitLabel(t *testing.T) {

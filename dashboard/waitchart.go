@@ -21,14 +21,14 @@ func waitChart(h bunqueue.QueueHistory) chart {
 		}
 	}
 	label := func(v int64) string { return waitLabel(time.Duration(v)) }
-	c := newChartTips("Wait before start", "wait", p95, h.From, label, func(i int) string {
+	c := newChartTips("Wait p95", "wait", p95, h.From, label, func(i int) string {
 		if h.Started[i] == 0 {
 			return "no job started"
 		}
 		return fmt.Sprintf("%d started, waited p50 %s · p95 %s · max %s",
 			h.Started[i], waitLabel(h.WaitP50[i]), waitLabel(h.WaitP95[i]), waitLabel(h.WaitMax[i]))
 	})
-	c.Of, c.Empty = "p95", "no job started"
+	c.Empty = "no job started"
 	if c.NoData {
 		c.Max = "–"
 	}
