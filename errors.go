@@ -27,8 +27,9 @@ var (
 	ErrStarted = errors.New("bunqueue: client already started")
 
 	// ErrNotMigrated is wrapped by the errors of the jobs API (Enqueue,
-	// EnqueueMany, FailedJobs, RetryFailed, DeleteFailed) when the jobs
-	// tables do not exist in the database: run Migrate first.
+	// EnqueueMany, FailedJobs, RetryFailed, DeleteFailed, JobGet, JobList
+	// and the job actions) when the jobs tables do not exist in the
+	// database, or lack a column of this version's schema: run Migrate.
 	ErrNotMigrated = errors.New("bunqueue: the jobs tables (" + jobsql.Jobs + ", " + jobsql.Failed + ") do not exist: run bunqueue.Migrate (or `bunqueue migrate`) first")
 
 	// ErrStopped is returned by Client.Start after Client.Stop: a client
@@ -127,19 +128,32 @@ func (e *cancelError) Unwrap() error { return e.err }
 var ErrFailedJobNotFound = errors.New("bunqueue: no failed job with that id")
 
 // notMigrated wraps err, an error of a query on the jobs tables, with
-// ErrNotMigrated if it says a table does not exist. Its message is
-// ErrNotMigrated's without the "bunqueue: " its callers add.
+// ErrNotMigrated if it says a table, or a column of one, does not exist.
+// Its message is ErrNotMigrated's, or for a column that the tables are of
+// an older schema version, without the "bunqueue: " its callers add.
 func (c *Client) notMigrated(err error) error {
-	if err != nil && c.dialect.MissingTable(err) {
+	switch {
+	case err == nil:
+		return nil
+	case c.dialect.MissingTable(err):
 		return &notMigratedError{err: err}
+	case c.dialect.MissingColumn(err):
+		return &notMigratedError{err: err, older: true}
 	}
 	return err
 }
 
-// notMigratedError is ErrNotMigrated with the error that showed it.
-type notMigratedError struct{ err error }
+// notMigratedError is ErrNotMigrated with the error that showed it; older
+// says the tables exist, of an older schema version.
+type notMigratedError struct {
+	err   error
+	older bool
+}
 
 func (e *notMigratedError) Error() string {
+	if e.older {
+		return "the jobs tables are of an older schema version: run bunqueue.Migrate (or `bunqueue migrate`) (" + e.err.Error() + ")"
+	}
 	return unprefixed(ErrNotMigrated) + " (" + e.err.Error() + ")"
 }
 

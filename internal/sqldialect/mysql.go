@@ -299,6 +299,12 @@ func (MySQL) MissingTable(err error) bool {
 	return errors.As(err, &me) && me.Number == 1146
 }
 
+// MissingColumn implements Dialect: ER_BAD_FIELD_ERROR, "Unknown column".
+func (MySQL) MissingColumn(err error) bool {
+	var me *mysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1054
+}
+
 // Lock implements Dialect with GET_LOCK, which belongs to conn's session.
 func (MySQL) Lock(ctx context.Context, conn bun.Conn, name string, wait time.Duration) (func() error, error) {
 	var got sql.NullInt64

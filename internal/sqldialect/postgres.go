@@ -357,6 +357,9 @@ func (Postgres) MissingTable(err error) bool {
 	return false
 }
 
+// MissingColumn implements Dialect: undefined_column.
+func (Postgres) MissingColumn(err error) bool { return sqlState(err) == "42703" }
+
 // LockKey returns the key of the advisory lock Lock takes for name: the
 // 64-bit FNV-1a hash of the name, the same in every process and on every
 // server version.

@@ -152,6 +152,10 @@ type Dialect interface {
 	MaxStatement(ctx context.Context, db bun.IDB) (int, error)
 	// MissingTable reports whether err says a table does not exist.
 	MissingTable(err error) bool
+	// MissingColumn reports whether err says a column does not exist:
+	// on the jobs tables, which only bunqueue's statements name, a table
+	// of an older schema version.
+	MissingColumn(err error) bool
 	// Lock takes the named lock on conn, waiting at most wait, for work
 	// that processes must take turns at (migrations); unlock releases it.
 	// Where the lock is a transaction's (PostgreSQL, SQLite), conn runs

@@ -392,6 +392,12 @@ func (SQLite) MissingTable(err error) bool {
 	return ok && code&0xff == sqliteError && strings.Contains(err.Error(), "no such table")
 }
 
+// MissingColumn implements Dialect: SQLite says so only in its message.
+func (SQLite) MissingColumn(err error) bool {
+	code, ok := sqliteCode(err)
+	return ok && code&0xff == sqliteError && strings.Contains(err.Error(), "no such column")
+}
+
 // slLockRetry is how long Lock sleeps between attempts to begin.
 const slLockRetry = 50 * time.Millisecond
 

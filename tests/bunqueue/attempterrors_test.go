@@ -197,6 +197,11 @@ func TestAttemptErrorsMigrateFromVersion7(t *testing.T) {
 		id := enqueueOne(t, old, db, attemptArgs{}, &bunqueue.EnqueueOpts{Queue: queue})
 		err := old.Start(ctx)
 		require.ErrorContains(t, err, "older schema version (run bunqueue.Migrate")
+		_, err = old.JobGet(ctx, id)
+		require.ErrorIs(t, err, bunqueue.ErrNotMigrated, "JobGet reads the missing column")
+		require.ErrorContains(t, err, "older schema version: run bunqueue.Migrate")
+		_, err = old.JobList(ctx, bunqueue.JobListFilter{Queue: queue})
+		require.ErrorIs(t, err, bunqueue.ErrNotMigrated, "JobList too")
 
 		require.NoError(t, bunqueue.Migrate(ctx, db))
 		c := newJobsClient()

@@ -70,6 +70,19 @@ func TestProbeOnAMissingTable(t *testing.T) {
 	require.True(t, dbtest.IsMySQLError(errors.Unwrap(err), 1146), "table doesn't exist: %v", err)
 }
 
+func TestMySQLMissingColumn(t *testing.T) {
+	t.Parallel()
+	db := dbtest.OpenMySQL(t, 0)
+	_, noColumn := db.ExecContext(t.Context(), "SELECT no_such_column FROM information_schema.TABLES")
+	_, noTable := db.ExecContext(t.Context(), "SELECT 1 FROM "+dbtest.Name("bq_test_no_such_table"))
+	my := sqldialect.MySQL{}
+	require.True(t, my.MissingColumn(noColumn), "%v", noColumn)
+	require.True(t, my.MissingColumn(fmt.Errorf("wrapped: %w", noColumn)))
+	require.False(t, my.MissingColumn(noTable), "%v", noTable)
+	require.True(t, my.MissingTable(noTable), "%v", noTable)
+	require.False(t, my.MissingColumn(nil))
+}
+
 func TestCheckServerPasses(t *testing.T) {
 	t.Parallel()
 	db := dbtest.OpenMySQL(t, 0)

@@ -921,6 +921,11 @@ func TestPostgresMissingTable(t *testing.T) {
 	require.False(t, pg.MissingTable(syntax), "%v", syntax)
 	require.False(t, pg.MissingTable(errors.New(`relation "x" does not exist`)))
 	require.False(t, pg.MissingTable(nil))
+	require.True(t, pg.MissingColumn(noColumn), "%v", noColumn)
+	require.True(t, pg.MissingColumn(fmt.Errorf("wrapped: %w", noColumn)))
+	require.False(t, pg.MissingColumn(missing), "%v", missing)
+	require.False(t, pg.MissingColumn(syntax), "%v", syntax)
+	require.False(t, pg.MissingColumn(nil))
 }
 
 // Lock takes turns between connections: a second holder waits at most

@@ -175,6 +175,11 @@ func TestSQLiteErrors(t *testing.T) {
 	require.Error(t, syntax)
 	require.False(t, sl.MissingTable(syntax))
 	require.False(t, sl.MissingTable(errors.New("no such table: x")), "not an SQLite error")
+	_, noColumn := db.ExecContext(t.Context(), "SELECT no_such_column FROM sqlite_master")
+	require.True(t, sl.MissingColumn(noColumn), "%v", noColumn)
+	require.False(t, sl.MissingColumn(missing), "%v", missing)
+	require.False(t, sl.MissingColumn(syntax), "%v", syntax)
+	require.False(t, sl.MissingColumn(errors.New("no such column: x")), "not an SQLite error")
 
 	require.False(t, sl.ClientSide(nil))
 	require.False(t, sl.ClientSide(syntax))
