@@ -387,7 +387,10 @@ func testJobCommands(t *testing.T, bin, dsn string) {
 	require.NoError(t, json.Unmarshal([]byte(stdout), &res), stdout)
 	require.Len(t, res, 2)
 	require.True(t, res[0].OK && res[1].OK, stdout)
-	_, err = d.db.Exec(`UPDATE bunqueue_jobs SET attempts = 2, attempt_errors = '[{"attempt":1,"at_us":1796279400123456,"error":"boom\\nstack"},{"attempt":2,"at_us":1796279401000000,"error":"bang"}]' WHERE id = ?`, ids[0])
+	// The JSON as an argument, not a literal: PostgreSQL's literals keep a
+	// backslash as it is, MySQL's read it as an escape.
+	_, err = d.db.Exec(`UPDATE bunqueue_jobs SET attempts = 2, attempt_errors = ? WHERE id = ?`,
+		`[{"attempt":1,"at_us":1796279400123456,"error":"boom\nstack"},{"attempt":2,"at_us":1796279401000000,"error":"bang"}]`, ids[0])
 	require.NoError(t, err)
 	stdout, stderr, code = runBinary(t, bin, "job", "get", "--dsn", dsn, "--json", ids[0], ids[2])
 	require.Equal(t, exitNotFound, code, stderr)
