@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -181,7 +182,7 @@ func startBrowser(t *testing.T, browser string) (context.Context, func()) {
 	if err := chromedp.Do(ctx); err != nil { // starts the browser
 		t.Fatalf("start %s: %v", browser, err)
 	}
-	w := &pageWatch{pages: map[string]bool{}}
+	w := &pageWatch{pages: map[string]bool{}, origins: map[string]bool{}}
 	w.watch(ctx)
 	return ctx, func() {
 		t.Helper()
@@ -189,13 +190,14 @@ func startBrowser(t *testing.T, browser string) (context.Context, func()) {
 	}
 }
 
-// pageWatch collects what the pages of a tab logged and the requests
-// that failed.
+// pageWatch collects what the pages of a tab logged, the origins they
+// loaded from, and the requests that failed.
 type pageWatch struct {
 	mu      sync.Mutex
 	console []chromedp.ConsoleMessage
 	failed  []string        // the requests that failed, with why
 	pages   map[string]bool // the addresses of the pages answered 400 or more
+	origins map[string]bool // scheme://host of every response over the network
 }
 
 // watch collects the console messages and the failed requests of ctx's
@@ -218,6 +220,11 @@ func (w *pageWatch) watch(ctx context.Context) {
 		for ev, err := range responses {
 			if err != nil {
 				return
+			}
+			if u, err := url.Parse(ev.Response.URL); err == nil && (u.Scheme == "http" || u.Scheme == "https") {
+				w.mu.Lock()
+				w.origins[u.Scheme+"://"+u.Host] = true
+				w.mu.Unlock()
 			}
 			if ev.Response.Status < 400 {
 				continue
@@ -246,12 +253,17 @@ func (w *pageWatch) watch(ctx context.Context) {
 	}()
 }
 
-// check fails t if the tab logged an error or a request failed.
+// check fails t if the tab logged an error, a request failed, or a page
+// loaded anything from another server than the test's own.
 func (w *pageWatch) check(t *testing.T) {
 	t.Helper()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	require.Empty(t, w.failed, "no failed request")
+	require.NotEmpty(t, w.origins, "the tab loaded its pages over the network")
+	for origin := range w.origins {
+		require.True(t, strings.HasPrefix(origin, "http://127.0.0.1:"), "no request to another server than the test's: %s", origin)
+	}
 	for _, m := range w.console {
 		if m.Source == "network" && w.pages[m.URL] {
 			continue // the status of a page the test asked for
