@@ -46,11 +46,8 @@ type fixture struct {
 
 func setup(t *testing.T, failed int) *fixture {
 	t.Helper()
-	dbtest.OnlyMySQL(t, "the command-line tool and dashboard are MySQL-only for now")
 	db := dbtest.Open(t, 0)
 	require.NoError(t, bunqueue.Migrate(t.Context(), db))
-	table := "bq_test_dashboard"
-	dbtest.Exec(t, db, "CREATE TABLE IF NOT EXISTS "+table+" (id BIGINT PRIMARY KEY, done BOOL NOT NULL DEFAULT FALSE, INDEX (done, id)) ENGINE=InnoDB")
 	f := &fixture{db: db, queue: dbtest.Name("dash")}
 	t.Cleanup(func() {
 		_, _ = db.Exec("DELETE FROM bunqueue_jobs WHERE queue = ?", f.queue)
@@ -384,7 +381,7 @@ func TestManyFailedJobs(t *testing.T) {
 	for from := 0; from < n; from += 1000 {
 		var values []string
 		for i := from; i < from+1000; i++ {
-			values = append(values, fmt.Sprintf("(%d, '%s', 'dash_test', '{\"n\":%d}', 0, 1, 1, 'boom %d', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))", i, f.queue, i, i))
+			values = append(values, fmt.Sprintf("(%d, '%s', 'dash_test', '{\"n\":%d}', 0, 1, 1, 'boom %d', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)", i, f.queue, i, i))
 		}
 		dbtest.Exec(t, f.db, "INSERT INTO bunqueue_failed_jobs (job_id, queue, kind, args, priority, attempts, max_attempts, error, created_at, failed_at) VALUES "+strings.Join(values, ","))
 	}
