@@ -45,7 +45,7 @@ func ExampleJobQueueConfig_lease() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	seen := make(chan string, 3)
+	seen := make(chan string, 100) // room for a retry's too, should a lease be lost: no send may block Stop
 	err = bunqueue.AddWorker(client, bunqueue.WorkerFunc[TranscribeVideo](
 		func(ctx context.Context, db bun.IDB, job *bunqueue.Job[TranscribeVideo]) error {
 			_, inTx := db.(bun.Tx)
