@@ -144,7 +144,7 @@ func (c *Client) jobDepth(queue string) func(ctx context.Context, limit int) (in
 // carries the queue's Timeout. The batch completes the jobs whose workers
 // returned nil, in one statement before it commits (Queue.complete).
 func (c *Client) runLocked(ctx context.Context, tx bun.Tx, row *jobRow, h hooks) error {
-	c.startedJob(row)
+	c.startedJob(ctx, row)
 	ctx = withOutput(ctx, &jobOutput{c: c, id: row.ID, tx: tx})
 	run := c.kinds[row.Kind]
 	return h.run(ctx, func() *WorkInfo { return row.workInfo(row.Attempts + 1) }, func() error {

@@ -290,7 +290,7 @@ func (j *leasedJob) work(ctx context.Context, keeper *leaseKeeper) (gone bool, e
 	if !keeper.start(row.ID, cancel) {
 		return true, nil
 	}
-	j.l.c.startedJob(row)
+	j.l.c.startedJob(jctx, row)
 	return false, j.l.hooks.run(jctx, func() *WorkInfo { return row.workInfo(row.Attempts) }, func() error {
 		if run == nil {
 			return errNoWorker(row.Kind)

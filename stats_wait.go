@@ -1,8 +1,12 @@
 package bunqueue
 
 import (
+	"context"
 	"math"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 )
 
 // The buckets of a minute's waits before start: bucket 0 holds the waits
@@ -98,10 +102,12 @@ func (m *counters) started(queue string, d time.Duration, now time.Time) {
 	q.waits.add(now.Unix()/60, d)
 }
 
-// startedJob counts, for Client.History, the start of the job of row,
-// now, with its wait before start.
-func (c *Client) startedJob(row *jobRow) {
+// startedJob counts, for Client.History and the bunqueue.job.wait
+// histogram, the start of the job of row, now, with its wait before
+// start.
+func (c *Client) startedJob(ctx context.Context, row *jobRow) {
 	if d, ok := row.waited(); ok {
 		c.counts.started(row.Queue, d, time.Now())
+		c.tel.waitDuration.Record(ctx, d.Seconds(), metric.WithAttributes(semconv.MessagingDestinationName(row.Queue)))
 	}
 }

@@ -57,6 +57,7 @@ type telemetry struct {
 	failed          metric.Int64Counter
 	retried         metric.Int64Counter
 	claimDuration   metric.Float64Histogram
+	waitDuration    metric.Float64Histogram
 	txRetries       metric.Int64Counter
 }
 
@@ -94,6 +95,7 @@ func newTelemetry(cfg Config) (*telemetry, error) {
 	}
 	t.processDuration = hist("messaging.process.duration", "Duration of processing one item: its handler or worker, in its transaction.")
 	t.claimDuration = hist("bunqueue.claim.duration", "Duration of one claim: BEGIN and the locking SELECT (or the lease UPDATE).")
+	t.waitDuration = hist("bunqueue.job.wait", "Time from when a job became due (its run_at) to when its worker started it.")
 	t.consumed = counter("messaging.client.consumed.messages", "{message}", "Items claimed and handed to a handler or worker.")
 	t.sent = counter("messaging.client.sent.messages", "{message}", "Jobs enqueued.")
 	t.failed = counter("bunqueue.items.failed", "{message}", "Items whose handler or worker failed, whatever happened next.")

@@ -957,6 +957,8 @@ func TestMetricsAfterProcessing(t *testing.T) {
 	require.EqualValues(t, 2, counter(t, rm, "bunqueue.items.failed", destination(jobs), attribute.String("error.type", "*errors.errorString"), outcomeIs("retried")))
 	require.EqualValues(t, 2, counter(t, rm, "bunqueue.items.retried", destination(jobs)))
 	require.Positive(t, histogramCount(t, rm, "bunqueue.claim.duration", destination(jobs)))
+	require.EqualValues(t, attempts, histogramCount(t, rm, "bunqueue.job.wait", destination(jobs)), "each attempt's wait before start")
+	require.Zero(t, histogramCount(t, rm, "bunqueue.job.wait", destination(table)), "a table queue's rows have no due time")
 	require.Zero(t, counter(t, rm, "messaging.client.sent.messages", destination(table)), "rows inserted by the app are not sent by bunqueue")
 
 	// The deadlock: one transaction retried; the victim's first attempt
@@ -984,6 +986,7 @@ func TestMetricsLeaseModeClaimDuration(t *testing.T) {
 	require.EqualValues(t, 1, histogramCount(t, rm, "messaging.process.duration", destination(queue)))
 	require.Positive(t, histogramCount(t, rm, "bunqueue.claim.duration", destination(queue)),
 		"bunqueue.claim.duration is documented as 'BEGIN and the locking SELECT (or the lease UPDATE)'")
+	require.EqualValues(t, 1, histogramCount(t, rm, "bunqueue.job.wait", destination(queue)), "the leased job's wait before start")
 }
 
 type traceEmptyItem struct {
