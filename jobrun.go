@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel/attribute"
@@ -261,14 +260,7 @@ func errorText(err error) string {
 		s += "\n\n" + string(pe.Stack)
 	}
 	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", `\x00`)
-	const limit = 60000
-	if len(s) > limit {
-		s = s[:limit]
-		for !utf8.ValidString(s) {
-			s = s[:len(s)-1]
-		}
-	}
-	return s
+	return jobsql.CutText(s, 60000)
 }
 
 // clean deletes completed jobs older than Config.Retention, in batches by

@@ -32,11 +32,15 @@ func (s SQL) appendAttempt() string {
 }
 
 // attemptText is what an attempt's entry keeps of its error text.
-func attemptText(text string) string {
-	if len(text) <= AttemptErrorBytes {
+func attemptText(text string) string { return CutText(text, AttemptErrorBytes) }
+
+// CutText returns the first limit bytes of text, less the end of a
+// character cut in two: valid UTF-8 stays valid.
+func CutText(text string, limit int) string {
+	if len(text) <= limit {
 		return text
 	}
-	text = text[:AttemptErrorBytes]
+	text = text[:limit]
 	for !utf8.ValidString(text) {
 		text = text[:len(text)-1]
 	}

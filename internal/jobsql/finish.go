@@ -39,11 +39,12 @@ func (s SQL) Complete(ctx context.Context, db bun.IDB, keep bool, id int64, toke
 	where, args := byLease(id, token)
 	q := s.completion(false)
 	if keep {
-		q = "UPDATE " + Jobs + " SET " + s.completedSet(token == "") + " WHERE "
-	}
-	if keep && output != nil {
-		q = "UPDATE " + Jobs + " SET " + s.completedSet(token == "") + ", output = ? WHERE "
-		args = append([]any{output}, args...)
+		set := s.completedSet(token == "")
+		if output != nil {
+			set += ", output = ?"
+			args = append([]any{output}, args...)
+		}
+		q = "UPDATE " + Jobs + " SET " + set + " WHERE "
 	}
 	return affected(db.NewRaw(q+where, args...).Exec(ctx))
 }
