@@ -13,8 +13,6 @@ import (
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/schema"
-	"go.opentelemetry.io/otel/metric"
-	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/bunqueue/bunqueue/internal/slotsql"
 )
@@ -81,7 +79,7 @@ func (l *leaseRunner) runBatch(ctx context.Context, _ *session, limit int, keys 
 		res.err = err
 		return res
 	}
-	l.c.tel.claimDuration.Record(ctx, time.Since(began).Seconds(), metric.WithAttributes(semconv.MessagingDestinationName(l.queue)))
+	l.c.tel.claimDuration.Record(ctx, time.Since(began).Seconds(), l.c.tel.queueSet(l.queue, ""))
 	if err != nil {
 		res.err = fmt.Errorf("bunqueue: queue %q: lease: %w", l.queue, err)
 		return res

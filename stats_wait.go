@@ -4,9 +4,6 @@ import (
 	"context"
 	"math"
 	"time"
-
-	"go.opentelemetry.io/otel/metric"
-	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 )
 
 // The buckets of a minute's waits before start: bucket 0 holds the waits
@@ -108,6 +105,6 @@ func (m *counters) started(queue string, d time.Duration, now time.Time) {
 func (c *Client) startedJob(ctx context.Context, row *jobRow) {
 	if d, ok := row.waited(); ok {
 		c.counts.started(row.Queue, d, time.Now())
-		c.tel.waitDuration.Record(ctx, d.Seconds(), metric.WithAttributes(semconv.MessagingDestinationName(row.Queue)))
+		c.tel.waitDuration.Record(ctx, d.Seconds(), c.tel.queueSet(row.Queue, ""))
 	}
 }

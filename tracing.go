@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"reflect"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -59,6 +60,31 @@ type telemetry struct {
 	claimDuration   metric.Float64Histogram
 	waitDuration    metric.Float64Histogram
 	txRetries       metric.Int64Counter
+
+	// sets are the measurement options of the attribute sets that every
+	// item's metrics carry (its queue, its outcome), by setKey: a set
+	// built anew sorts and allocates, for every item, even when the
+	// meter records nothing.
+	sets sync.Map
+}
+
+// setKey names a cached attribute set: a queue and an outcome ("" for
+// none).
+type setKey struct{ queue, outcome string }
+
+// queueSet returns the option of the attributes of queue's metrics, with
+// the outcome if it is not "".
+func (t *telemetry) queueSet(queue, outcome string) metric.MeasurementOption {
+	k := setKey{queue, outcome}
+	if o, ok := t.sets.Load(k); ok {
+		return o.(metric.MeasurementOption)
+	}
+	attrs := []attribute.KeyValue{semconv.MessagingDestinationName(queue)}
+	if outcome != "" {
+		attrs = append(attrs, AttrOutcome.String(outcome))
+	}
+	o, _ := t.sets.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(attrs...)))
+	return o.(metric.MeasurementOption)
 }
 
 func newTelemetry(cfg Config) (*telemetry, error) {
@@ -129,7 +155,7 @@ func (t *telemetry) startBatch(ctx context.Context, queue string) (context.Conte
 // claimed records the claim's size on the batch span; a claim that found
 // nothing becomes a "receive" span.
 func (t *telemetry) claimed(ctx context.Context, span trace.Span, queue string, n int, began time.Time) {
-	t.claimDuration.Record(ctx, time.Since(began).Seconds(), metric.WithAttributes(semconv.MessagingDestinationName(queue)))
+	t.claimDuration.Record(ctx, time.Since(began).Seconds(), t.queueSet(queue, ""))
 	if n == 0 {
 		span.SetName("receive " + queue)
 		span.SetAttributes(semconv.MessagingOperationTypeReceive, semconv.MessagingOperationName("receive"))
@@ -192,21 +218,21 @@ func (t *telemetry) startItem(ctx context.Context, batch trace.Span, queue strin
 
 // end records the item's outcome on its span and in the metrics.
 func (t *telemetry) end(it *itemSpan) {
-	attrs := []attribute.KeyValue{semconv.MessagingDestinationName(it.queue), AttrOutcome.String(it.outcome)}
 	it.span.SetAttributes(AttrOutcome.String(it.outcome))
+	set := t.queueSet(it.queue, it.outcome)
 	if it.err != nil && it.outcome != outcomeSnoozed {
 		typ := errorType(it.err)
 		it.span.SetAttributes(semconv.ErrorTypeKey.String(typ))
 		it.span.RecordError(it.err)
 		it.span.SetStatus(codes.Error, it.err.Error())
-		attrs = append(attrs, semconv.ErrorTypeKey.String(typ))
-		t.failed.Add(it.ctx, 1, metric.WithAttributes(attrs...))
+		set = metric.WithAttributes(semconv.MessagingDestinationName(it.queue), AttrOutcome.String(it.outcome), semconv.ErrorTypeKey.String(typ))
+		t.failed.Add(it.ctx, 1, set)
 	}
 	if it.outcome == outcomeRetried {
-		t.retried.Add(it.ctx, 1, metric.WithAttributes(attrs...))
+		t.retried.Add(it.ctx, 1, set)
 	}
-	t.consumed.Add(it.ctx, 1, metric.WithAttributes(attrs...))
-	t.processDuration.Record(it.ctx, time.Since(it.began).Seconds(), metric.WithAttributes(attrs...))
+	t.consumed.Add(it.ctx, 1, set)
+	t.processDuration.Record(it.ctx, time.Since(it.began).Seconds(), set)
 	if it.own {
 		it.span.End()
 	}

@@ -39,7 +39,7 @@ func (q *Queue[T]) runBatch(ctx context.Context, s *session, limit int, keys []f
 	_ = q.client.retry(ctx, func() error {
 		res = q.containBatch(ctx, s, limit, keys, tk)
 		return res.err
-	}, metric.WithAttributes(semconv.MessagingDestinationName(q.name)))
+	}, q.client.tel.queueSet(q.name, ""))
 	res.untried, res.tokenTime = append(res.untried, untried...), tokenTime
 	switch {
 	case len(keys) > 1 && res.claimed == 0 && q.client.dialect.ClientSide(errors.Unwrap(res.err)):
