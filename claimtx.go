@@ -68,17 +68,20 @@ type claimTx[T any] struct {
 	tx        bun.Tx
 	open      bool // tx has not ended: end rolls it back
 	sessionID sqldialect.TxSession
+	sp        *savepoints // takes each handler's savepoint before its first statement
 
 	items []T
 	held  []feedKey // the rows' keys as claimed: a handler may change its model's key
 	// withSavepoints: each row runs in its own savepoint, see run.
 	withSavepoints bool
 	whole          bool // a batch handler took all the items at once
+	wholeTaken     bool // the batch handler took its savepoint: it ran a statement
 	outcomes       []outcome
 	causes         []error
+	taken          []bool   // the row's savepoint was taken: its handler or OnError ran a statement
 	still          []bool   // after the re-check: the row still matches the queue's query
 	rekeyed        []string // the key column a row's handler set in SQL only, or ""
-	firstBad       int      // after the re-check: the first row undone, or -1
+	undoneFrom     int      // after the re-check: the first row undone, or -1
 
 	keySlots []string // the keys whose KeyLimit slots the transaction holds
 	tk       *tokens  // the RateLimit's slots taken for the batch, nil without one
@@ -122,12 +125,12 @@ func (b *claimTx[T]) end() {
 func (b *claimTx[T]) begin(ctx context.Context) bool {
 	q := b.q
 	b.began = time.Now()
-	tx, err := b.s.begin(ctx, q.client.claimDB)
+	tx, sp, err := b.s.begin(ctx, q.client.claimDB)
 	if err != nil {
 		b.res.err = fmt.Errorf("bunqueue: queue %q: begin: %w", q.name, err)
 		return false
 	}
-	b.tx, b.open = tx, true
+	b.tx, b.sp, b.open = tx, sp, true
 	if b.sessionID, err = q.sessionID(ctx, b.s, tx); err != nil {
 		b.res.err = fmt.Errorf("bunqueue: queue %q: %w", q.name, err)
 		return false
@@ -198,13 +201,15 @@ func (b *claimTx[T]) claim(ctx context.Context) bool {
 // turn.
 //
 // Each row runs in its own savepoint when a failure must be undone
-// while the others' writes (or the row's lock, for OnError) are kept.
+// while the others' writes (or the row's lock, for OnError) are kept,
+// taken before the first statement of its handler (see savepoints).
 // A lone row without OnError needs none: a failure rolls back it all.
 func (b *claimTx[T]) run(ctx context.Context) bool {
 	b.withSavepoints = len(b.items) > 1 || b.q.cfg.OnError != nil || b.keepTokens
 	b.tk.use(len(b.items)) // they all start, unless the batch ends first
 	b.outcomes = make([]outcome, len(b.items))
 	b.causes = make([]error, len(b.items))
+	b.taken = make([]bool, len(b.items))
 	b.rekeyed = make([]string, len(b.items))
 	if b.q.batch != nil && len(b.items) > 1 {
 		if !b.runWhole(ctx) {
@@ -227,7 +232,7 @@ func (b *claimTx[T]) run(ctx context.Context) bool {
 // in a transaction of its own, so that the one that hangs fails alone.
 func (b *claimTx[T]) runWhole(ctx context.Context) bool {
 	hctx, rk := b.q.watchRekey(ctx)
-	b.whole, b.spans, b.res.err = b.q.runWhole(hctx, b.tx, b.span, b.items)
+	b.whole, b.wholeTaken, b.spans, b.res.err = b.q.runWhole(hctx, b.tx, b.sp, b.span, b.items)
 	for i := range b.rekeyed {
 		b.rekeyed[i] = rk.changed()
 	}
@@ -246,12 +251,7 @@ func (b *claimTx[T]) runWhole(ctx context.Context) bool {
 // under its span and the queue's hooks.
 func (b *claimTx[T]) runItem(ctx context.Context, i int) bool {
 	q := b.q
-	if b.withSavepoints {
-		if err := q.savepoint(ctx, b.tx, "SAVEPOINT", i); err != nil {
-			b.res.err = err
-			return false
-		}
-	}
+	b.armSavepoint(i)
 	claimed := b.items[i] // as claimed: OnError sees the row before the handler's changes
 	it := q.startItemSpan(ctx, b.span, &b.items[i], len(b.items))
 	b.spans = append(b.spans, it)
@@ -262,6 +262,9 @@ func (b *claimTx[T]) runItem(ctx context.Context, i int) bool {
 			func() error { return q.handler(ctx, tx, &b.items[i]) })
 	})
 	b.rekeyed[i] = rk.changed()
+	if !b.disarmSavepoint(i) {
+		return false
+	}
 	if herr == nil {
 		return true
 	}
@@ -299,8 +302,7 @@ func (b *claimTx[T]) itemFailed(ctx context.Context, i int, it *itemSpan, claime
 		b.res.itemErrs = append(b.res.itemErrs, &ItemError{Queue: q.name, Key: k.id, Err: herr, Cooldown: q.cool.Add(k.id, k.vals, time.Now())})
 		return false
 	}
-	if err := q.savepoint(ctx, b.tx, "ROLLBACK TO SAVEPOINT", i); err != nil {
-		b.res.err = err
+	if !b.rollbackItem(ctx, i) {
 		return false
 	}
 	b.outcomes[i], b.causes[i] = released, herr
@@ -310,18 +312,59 @@ func (b *claimTx[T]) itemFailed(ctx context.Context, i int, it *itemSpan, claime
 	return b.onError(ctx, i, claimed, herr)
 }
 
+// armSavepoint makes the next statement in the transaction take item
+// i's savepoint, if the batch runs its items in savepoints and i has not
+// taken its own yet.
+func (b *claimTx[T]) armSavepoint(i int) {
+	if b.withSavepoints && !b.taken[i] {
+		b.sp.arm(b.tx, savepointName(i))
+	}
+}
+
+// disarmSavepoint ends armSavepoint's arm, noting whether item i took
+// its savepoint; the path ends if taking it failed.
+func (b *claimTx[T]) disarmSavepoint(i int) bool {
+	if !b.withSavepoints || b.taken[i] {
+		return true
+	}
+	taken, err := b.sp.disarm()
+	b.taken[i] = taken
+	if err != nil {
+		b.res.err = fmt.Errorf("bunqueue: queue %q: %w", b.q.name, err)
+		return false
+	}
+	return true
+}
+
+// rollbackItem undoes the writes of item i back to its savepoint, if it
+// took one: without one, its handler (and OnError) ran no statement.
+func (b *claimTx[T]) rollbackItem(ctx context.Context, i int) bool {
+	if !b.taken[i] {
+		return true
+	}
+	if err := b.q.savepoint(ctx, b.tx, "ROLLBACK TO SAVEPOINT", i); err != nil {
+		b.res.err = err
+		return false
+	}
+	return true
+}
+
 // onError lets OnError record the failure herr of item i, whose writes
 // were undone. If OnError fails too, its writes are undone as well and
 // the row is released, with both errors.
 func (b *claimTx[T]) onError(ctx context.Context, i int, claimed *T, herr error) bool {
 	q := b.q
-	if oerr := callApp(func() error { return q.cfg.OnError(ctx, b.tx, claimed, herr) }); oerr != nil {
+	b.armSavepoint(i)
+	oerr := callApp(func() error { return q.cfg.OnError(ctx, b.tx, claimed, herr) })
+	if !b.disarmSavepoint(i) {
+		return false
+	}
+	if oerr != nil {
 		if q.client.dialect.Retryable(oerr) || ctx.Err() != nil {
 			b.res.err = fmt.Errorf("bunqueue: queue %q: OnError: %w", q.name, oerr)
 			return false
 		}
-		if err := q.savepoint(ctx, b.tx, "ROLLBACK TO SAVEPOINT", i); err != nil {
-			b.res.err = err
+		if !b.rollbackItem(ctx, i) {
 			return false
 		}
 		b.causes[i] = fmt.Errorf("%w; OnError failed too: %w", herr, oerr)
@@ -333,9 +376,10 @@ func (b *claimTx[T]) onError(ctx context.Context, i int, claimed *T, herr error)
 
 // recheck reads which of the processed rows still match the queue's
 // query (see Queue.stillQueued), counts as still queued a row whose
-// handler changed its key in SQL only (see rekey.go), and finds the first
-// row whose handler succeeded but that is still in the queue: it breaks
-// the rule.
+// handler changed its key in SQL only (see rekey.go), and finds the
+// first row to undo: the first whose handler succeeded but that is still
+// in the queue (it breaks the rule) and whose writes cannot be undone
+// alone (see firstUndone).
 func (b *claimTx[T]) recheck(ctx context.Context) bool {
 	still, err := b.q.stillQueued(ctx, b.tx, b.prep, b.items, b.held, b.outcomes)
 	if err != nil {
@@ -352,36 +396,53 @@ func (b *claimTx[T]) recheck(ctx context.Context) bool {
 			b.rekeyed[i] = ""
 		}
 	}
-	b.firstBad = -1
-	for i := range b.items {
-		if b.outcomes[i] == succeeded && still[i] {
-			b.firstBad = i
-			break
-		}
-	}
+	b.undoneFrom = b.firstUndone()
 	return true
 }
 
-// undo undoes the writes of the first row that broke the rule, if any.
+// firstUndone returns the first row whose writes, and those of every row
+// after it, must be undone, or -1. A row that broke the rule is undone;
+// savepoints nest, so the rows after it are undone with it and return to
+// the queue. But a row that broke the rule in its own savepoint without
+// taking it ran no statement: it has nothing to undo, and the rows after
+// it are kept. A batch handler's writes cannot be told apart: all its
+// rows are undone.
+func (b *claimTx[T]) firstUndone() int {
+	for i := range b.items {
+		if b.outcomes[i] != succeeded || !b.still[i] {
+			continue
+		}
+		switch {
+		case b.whole:
+			return 0
+		case !b.withSavepoints || b.taken[i]:
+			return i
+		}
+	}
+	return -1
+}
+
+// undo undoes the writes of the rows from undoneFrom on, if any.
 // Savepoints nest, so rolling back to its savepoint also undoes the
 // items after it; those return to the queue.
 func (b *claimTx[T]) undo(ctx context.Context) bool {
 	q := b.q
-	if b.firstBad < 0 {
+	if b.undoneFrom < 0 {
 		return true
 	}
 	switch {
 	case b.whole:
 		// The batch handler's writes cannot be told apart: undo them
-		// all; the other rows return to the queue too.
-		if _, err := b.tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT bunqueue_batch"); err != nil {
+		// all (if it wrote any); the other rows return to the queue too.
+		if !b.wholeTaken {
+			return true
+		}
+		if _, err := b.tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+batchSavepoint); err != nil {
 			b.res.err = fmt.Errorf("bunqueue: queue %q: ROLLBACK TO SAVEPOINT: %w", q.name, err)
 			return false
 		}
-		b.firstBad = 0
 	case b.withSavepoints:
-		if err := q.savepoint(ctx, b.tx, "ROLLBACK TO SAVEPOINT", b.firstBad); err != nil {
-			b.res.err = err
+		if !b.rollbackItem(ctx, b.undoneFrom) {
 			return false
 		}
 	default:
@@ -399,7 +460,7 @@ func (b *claimTx[T]) settle() {
 	now := time.Now()
 	for i := range b.items {
 		id := b.res.got[i]
-		undone := b.firstBad >= 0 && i >= b.firstBad
+		undone := b.undoneFrom >= 0 && i >= b.undoneFrom
 		ie := &ItemError{Queue: q.name, Key: id, Err: b.causes[i]}
 		it := b.spans[i]
 		it.outcome = outcomeReleased

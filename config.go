@@ -260,8 +260,9 @@ type QueueConfig[T any] struct {
 
 	// BatchSize is the most rows one transaction locks and processes. With
 	// more than one (or with OnError set), each row runs in its own
-	// SAVEPOINT, so a failing row does not undo the others, and the batch
-	// commits once. Zero (the default) sizes batches by how long they
+	// SAVEPOINT, taken before the first statement its handler runs through
+	// tx, so a failing row does not undo the others, and the batch commits
+	// once. Zero (the default) sizes batches by how long they
 	// take, up to BatchSizeDefault: see BatchTarget. When fewer rows wait
 	// than the workers could take, they are shared out, not taken by the
 	// first worker.

@@ -55,7 +55,9 @@ type Worker[T JobArgs] interface {
 	// without using an attempt; Cancel(err) to fail it for good; any other
 	// error (or a panic) to retry it with backoff until MaxAttempts. On
 	// every result but nil, the writes made through db in lock mode are
-	// undone.
+	// undone, back to the job's savepoint, which is taken before the
+	// first statement run through db (see HandlerFunc): a job that runs
+	// none costs no SAVEPOINT.
 	Work(ctx context.Context, db bun.IDB, job *Job[T]) error
 }
 

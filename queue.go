@@ -33,6 +33,16 @@ type QueryFunc func(q *bun.SelectQuery) *bun.SelectQuery
 // holds its lock. It must change the row, through tx, so that the row no
 // longer matches the queue's query. Its writes commit with the row's
 // completion; returning an error (or panicking) undoes them.
+//
+// In a batch of several rows, or with OnError, the undo is a rollback to
+// the row's savepoint, which is taken right before the handler's first
+// statement through tx (its query builders, Exec, Query, QueryRow, with
+// any context): a handler that runs none costs no SAVEPOINT. Statements
+// run on the *sql.Tx beneath (tx.Tx, or tx.Prepare and tx.Stmt, which
+// bun passes through) bypass bun's hooks and are not seen: a handler
+// that writes that way must run a statement through tx before its first
+// such write (tx.ExecContext(ctx, "SELECT 1") will do), or, if it then
+// failed, nothing would undo that write: it would commit with the batch.
 type HandlerFunc[T any] func(ctx context.Context, tx bun.Tx, item *T) error
 
 // BatchHandlerFunc processes the rows of one claimed batch together,

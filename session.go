@@ -23,12 +23,20 @@ import (
 // transaction to the next: the server session of a transaction is read
 // inside it (Queue.sessionID), into tx.
 type session struct {
-	db      *bun.DB
+	db      *bun.DB // the client's claimDB, with sp as a query hook
+	sp      *savepoints
 	dialect sqldialect.Dialect
 	conn    *bun.Conn            // nil: none yet, or discarded
 	tx      sqldialect.TxSession // the server session of the current transaction, where read
 	release context.CancelFunc   // releases the current transaction's context
 	used    time.Time            // when it last began a transaction
+}
+
+// newSession returns the session of a worker whose claim transactions
+// begin on claimDB.
+func newSession(claimDB *bun.DB, d sqldialect.Dialect) *session {
+	sp := &savepoints{}
+	return &session{db: sp.hooked(claimDB), sp: sp, dialect: d}
 }
 
 // rollbackGrace is how long a worker's transaction outlives the cancel of
@@ -37,8 +45,9 @@ type session struct {
 const rollbackGrace = 5 * time.Second
 
 // begin begins a READ COMMITTED transaction on the session's connection,
-// taking one from the pool first if it has none. With s nil it begins one
-// on the pool.
+// taking one from the pool first if it has none, and returns it with the
+// savepoints that its handlers take (see savepoints). With s nil it
+// begins one on the pool of claimDB.
 //
 // The transaction's context ends rollbackGrace after ctx does, not at
 // once. When Stop cancels a batch whose handler is not in a statement,
@@ -46,21 +55,23 @@ const rollbackGrace = 5 * time.Second
 // returns; the driver would otherwise close the connection without one,
 // and the server notice later. Statements run under the handler's context
 // and stop at once.
-func (s *session) begin(ctx context.Context, db *bun.DB) (bun.Tx, error) {
+func (s *session) begin(ctx context.Context, claimDB *bun.DB) (bun.Tx, *savepoints, error) {
 	if s == nil {
-		return db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		sp := &savepoints{}
+		tx, err := sp.hooked(claimDB).BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		return tx, sp, err
 	}
 	s.used = time.Now()
 	s.tx = sqldialect.TxSession{}
 	if s.conn == nil {
 		conn, err := s.db.Conn(ctx)
 		if err != nil {
-			return bun.Tx{}, err
+			return bun.Tx{}, nil, err
 		}
 		if setup := s.dialect.SessionSetup(); setup != "" {
 			if _, err := conn.ExecContext(ctx, setup); err != nil {
 				discard(&conn)
-				return bun.Tx{}, fmt.Errorf("set the session's isolation level: %w", err)
+				return bun.Tx{}, nil, fmt.Errorf("set the session's isolation level: %w", err)
 			}
 		}
 		s.conn = &conn
@@ -72,7 +83,7 @@ func (s *session) begin(ctx context.Context, db *bun.DB) (bun.Tx, error) {
 	if err != nil {
 		s.end()
 	}
-	return tx, err
+	return tx, s.sp, err
 }
 
 // graceAfter returns a context with ctx's values that ends grace after

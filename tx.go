@@ -99,37 +99,45 @@ func (c *Client) retry(ctx context.Context, fn func() error, attrs ...metric.Add
 	}
 }
 
-// runWhole calls the batch handler on all items, in a savepoint. It
-// reports whether they succeeded, with their spans (one process span for
+// batchSavepoint is the savepoint of a batch handler's call.
+const batchSavepoint = "bunqueue_batch"
+
+// runWhole calls the batch handler on all items, in a savepoint that sp
+// takes before its first statement. It reports whether they succeeded,
+// whether the savepoint was taken, and their spans (one process span for
 // the batch, linked to each item's creation context). After any other
 // failure it has rolled back to the savepoint, keeping the locks, so that
 // the items can run one by one; err is what must end the transaction.
-func (q *Queue[T]) runWhole(ctx context.Context, tx bun.Tx, batchSpan trace.Span, items []T) (bool, []*itemSpan, error) {
-	if _, err := tx.ExecContext(ctx, "SAVEPOINT bunqueue_batch"); err != nil {
-		return false, nil, fmt.Errorf("bunqueue: queue %q: SAVEPOINT: %w", q.name, err)
-	}
+func (q *Queue[T]) runWhole(ctx context.Context, tx bun.Tx, sp *savepoints, batchSpan trace.Span, items []T) (ok, taken bool, _ []*itemSpan, _ error) {
 	spans := make([]*itemSpan, len(items))
 	for i := range items {
 		spans[i] = q.startItemSpan(ctx, batchSpan, &items[i], 0)
 	}
+	sp.arm(tx, batchSavepoint)
 	herr := q.callUnderTimeout(ctx, tx, func(ctx context.Context) error {
 		return q.hooks.run(ctx, func() *WorkInfo { return q.batchInfo(items) },
 			func() error { return q.batch(ctx, tx, items) })
 	})
+	taken, err := sp.disarm()
 	switch {
+	case err != nil:
+		return false, taken, nil, fmt.Errorf("bunqueue: queue %q: batch handler: %w", q.name, err)
 	case herr == nil:
-		return true, spans, nil
+		return true, taken, spans, nil
 	case errors.As(herr, new(*lostTxError)):
-		return false, spans, herr
+		return false, taken, spans, herr
 	case q.client.dialect.Retryable(herr) || ctx.Err() != nil:
-		return false, nil, fmt.Errorf("bunqueue: queue %q: batch handler: %w", q.name, herr)
+		return false, taken, nil, fmt.Errorf("bunqueue: queue %q: batch handler: %w", q.name, herr)
 	}
 	batchSpan.AddEvent("the batch handler failed: running its rows one by one",
 		trace.WithAttributes(semconv.ErrorTypeKey.String(errorType(herr)), attribute.String("exception.message", herr.Error())))
-	if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT bunqueue_batch"); err != nil {
-		return false, nil, fmt.Errorf("bunqueue: queue %q: ROLLBACK TO SAVEPOINT: %w", q.name, err)
+	if !taken {
+		return false, false, nil, nil // it ran no statement: nothing to undo
 	}
-	return false, nil, nil
+	if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+batchSavepoint); err != nil {
+		return false, taken, nil, fmt.Errorf("bunqueue: queue %q: ROLLBACK TO SAVEPOINT: %w", q.name, err)
+	}
+	return false, taken, nil, nil
 }
 
 // claim locks the rows of keys that still match the queue's query,
@@ -311,10 +319,13 @@ func (q *Queue[T]) keys(items []T) []feedKey {
 	return keys
 }
 
-// savepoint runs a savepoint statement, stmt (SAVEPOINT, ROLLBACK TO
-// SAVEPOINT), for item i.
+// savepointName is the name of item i's savepoint in a batch.
+func savepointName(i int) string { return "bunqueue_" + strconv.Itoa(i) }
+
+// savepoint runs a savepoint statement, stmt (ROLLBACK TO SAVEPOINT),
+// for item i.
 func (q *Queue[T]) savepoint(ctx context.Context, tx bun.Tx, stmt string, i int) error {
-	if _, err := tx.ExecContext(ctx, stmt+" bunqueue_"+strconv.Itoa(i)); err != nil {
+	if _, err := tx.ExecContext(ctx, stmt+" "+savepointName(i)); err != nil {
 		return fmt.Errorf("bunqueue: queue %q: %s: %w", q.name, stmt, err)
 	}
 	return nil

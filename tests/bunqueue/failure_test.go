@@ -151,43 +151,73 @@ func TestHandlerThatKeepsItsRowIsReportedNotLooped(t *testing.T) {
 	require.Zero(t, count(t, db, "SELECT COUNT(*) FROM bq_test_stuck_effect"))
 }
 
+type stuckBatchItem struct {
+	bun.BaseModel `bun:"table:bq_test_stuck_batch"`
+	ID            int64 `bun:",pk"`
+	Status        string
+}
+
+type stuckBatchWriteItem struct {
+	bun.BaseModel `bun:"table:bq_test_stuck_batch_w"`
+	ID            int64 `bun:",pk"`
+	Status        string
+}
+
 // In a batch, a row that stays in the queue is rolled back to its
 // savepoint; rows before it commit, rows after it return to the queue and
-// are processed later.
+// are processed later. A row that stays in the queue without having run a
+// statement took no savepoint and has nothing to undo: the rows after it
+// commit.
 func TestStuckRowInABatch(t *testing.T) {
 	t.Parallel()
+	t.Run("it writes nothing", func(t *testing.T) {
+		t.Parallel()
+		testStuckRowInABatch[stuckBatchItem](t, "bq_test_stuck_batch", false,
+			func(it *stuckBatchItem) int64 { return it.ID }, map[int64]int{1: 1, 2: 1, 3: 1, 4: 1, 5: 1})
+	})
+	t.Run("it writes", func(t *testing.T) {
+		t.Parallel()
+		testStuckRowInABatch[stuckBatchWriteItem](t, "bq_test_stuck_batch_w", true,
+			func(it *stuckBatchWriteItem) int64 { return it.ID }, map[int64]int{1: 1, 2: 1, 3: 1, 4: 2, 5: 2})
+	})
+}
+
+// testStuckRowInABatch runs rows 1 to 5 of table in one batch, row 3's
+// handler forgetting to change its row (after a write of its own if
+// writes), and checks each row's handler calls.
+func testStuckRowInABatch[T any](t *testing.T, table string, writes bool, id func(*T) int64, want map[int64]int) {
 	db := dbtest.Open(t, 0)
-	createTable(t, db, "bq_test_stuck_batch", "id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL DEFAULT 'waiting', INDEX (status, id)")
-	dbtest.Exec(t, db, "INSERT INTO bq_test_stuck_batch (id) VALUES (1), (2), (3), (4), (5)")
-	type item struct {
-		bun.BaseModel `bun:"table:bq_test_stuck_batch"`
-		ID            int64 `bun:",pk"`
-		Status        string
-	}
+	createTable(t, db, table, "id BIGINT PRIMARY KEY, status VARCHAR(16) NOT NULL DEFAULT 'waiting', note VARCHAR(16), INDEX (status, id)")
+	dbtest.Exec(t, db, "INSERT INTO "+table+" (id) VALUES (1), (2), (3), (4), (5)")
 	var mu sync.Mutex
 	calls := map[int64]int{}
 	q := bunqueue.NewQueue("stuck-batch",
 		func(q *bun.SelectQuery) *bun.SelectQuery { return q.Where("status = 'waiting'").Order("id") },
-		func(ctx context.Context, tx bun.Tx, it *item) error {
+		func(ctx context.Context, tx bun.Tx, it *T) error {
 			mu.Lock()
-			calls[it.ID]++
+			calls[id(it)]++
 			mu.Unlock()
-			if it.ID == 3 {
+			switch {
+			case id(it) == 3 && writes:
+				// Writes, but forgets to change the status.
+				_, err := tx.ExecContext(ctx, "UPDATE "+table+" SET note = 'touched' WHERE id = 3")
+				return err
+			case id(it) == 3:
 				return nil // forgets to change row 3
 			}
-			_, err := tx.NewUpdate().Model(it).Set("status = 'done'").WherePK().Exec(ctx)
+			_, err := tx.ExecContext(ctx, "UPDATE "+table+" SET status = 'done' WHERE id = ?", id(it))
 			return err
-		}, &bunqueue.QueueConfig[item]{Workers: 1, BatchSize: 10, Cooldown: time.Hour})
+		}, &bunqueue.QueueConfig[T]{Workers: 1, BatchSize: 10, Cooldown: time.Hour})
 	start(t, newClient(t, db, q))
 	eventually(t, 10*time.Second, func() bool {
-		return count(t, db, "SELECT COUNT(*) FROM bq_test_stuck_batch WHERE status = 'done'") == 4
+		return count(t, db, "SELECT COUNT(*) FROM "+table+" WHERE status = 'done'") == 4
 	}, "rows 1, 2, 4, 5 done")
 	time.Sleep(300 * time.Millisecond)
 	mu.Lock()
 	defer mu.Unlock()
-	require.Equal(t, map[int64]int{1: 1, 2: 1, 3: 1, 4: 2, 5: 2}, calls,
-		"rows after the stuck one were undone with it and ran again; row 3 cooled down")
-	require.Equal(t, "waiting", str(t, db, "SELECT status FROM bq_test_stuck_batch WHERE id = 3"))
+	require.Equal(t, want, calls, "rows after a stuck one that wrote were undone with it and ran again; row 3 cooled down")
+	require.Equal(t, "waiting", str(t, db, "SELECT status FROM "+table+" WHERE id = 3"))
+	require.Zero(t, count(t, db, "SELECT COUNT(*) FROM "+table+" WHERE note IS NOT NULL"), "row 3's write was undone")
 }
 
 type panicItem struct {
