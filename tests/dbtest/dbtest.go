@@ -177,9 +177,21 @@ func Exec(t testing.TB, db *bun.DB, stmts ...string) {
 	for _, stmt := range stmts {
 		for _, s := range DDL(serverOf(db), stmt) {
 			_, err := db.Exec(s)
+			if err != nil && racedIfNotExists(s, err) {
+				_, err = db.Exec(s) // the other creator has committed: it exists now
+			}
 			require.NoError(t, err, s)
 		}
 	}
+}
+
+// racedIfNotExists reports whether err is PostgreSQL's answer to a
+// CREATE … IF NOT EXISTS that ran at the same time as another session's
+// (parallel tests sharing a table): the loser of the race on the
+// catalog's unique index gets a unique violation (23505) instead of
+// finding the table there, which it would a moment later.
+func racedIfNotExists(stmt string, err error) bool {
+	return strings.Contains(strings.ToUpper(stmt), "IF NOT EXISTS") && strings.Contains(err.Error(), "SQLSTATE 23505")
 }
 
 // ConnectionID returns the server's id for the connection of tx: MySQL's
