@@ -157,6 +157,7 @@ func scenarios() []scenario {
 		{name: "latency-xproc-notify-table", desc: "latency-xproc-notify for an any-table queue: rows inserted with Client.Notify", concurrency: workers, noRatio: true,
 			skip: noNotifications,
 			run:  func(ctx context.Context, b *bench) (result, error) { return b.latencyTableNotify(ctx, 300) }},
+		// burnScenarios go here, before the jobs rows.
 		{name: "jobs-lock-b1", desc: "jobs table, lock mode, BatchSize 1", concurrency: workers,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.jobsQueue(ctx, bunqueue.ModeLock, 1, 3) }},
 		{name: "jobs-lock-b50", desc: "jobs table, lock mode, BatchSize 50", concurrency: workers,
@@ -190,7 +191,9 @@ func scenarios() []scenario {
 		i := slices.IndexFunc(list, func(s scenario) bool { return s.name == "tracing-on" })
 		list = slices.Insert(list, i+1, *batchFnScenario)
 	}
-	i := slices.IndexFunc(list, func(s scenario) bool { return s.name == "post-burst-table" })
+	i := slices.IndexFunc(list, func(s scenario) bool { return s.name == "jobs-lock-b1" })
+	list = slices.Insert(list, i, burnScenarios()...)
+	i = slices.IndexFunc(list, func(s scenario) bool { return s.name == "post-burst-table" })
 	return slices.Insert(list, i, fleetScenarios()...)
 }
 
