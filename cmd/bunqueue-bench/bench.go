@@ -129,7 +129,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	large := fs.Int("large", 0, fmt.Sprintf("waiting rows of the large-backlog scenarios backlog-1m and memory-1m (default %d)", largeFull))
 	burst := fs.Int("burst", 0, fmt.Sprintf("rows processed by the post-burst scenarios before they measure (default %d, %d with --quick;\n"+
 		"post-burst-held takes at most %d)", burstFull, burstQuick, heldBurstMax))
-	burnJobs := fs.Int("burn", 0, fmt.Sprintf("jobs of each burn-down (default %d, %d with --quick)", burnFull, burnQuick))
+	burnJobs := fs.Int("burn", 0, fmt.Sprintf("jobs of each burn-down, River's and bunqueue's (default %d, %d with --quick)", burnFull, burnQuick))
 	noPrepared := fs.Bool("no-prepared", false, "run bunqueue's clients with Config.NoPreparedStatements (every statement in text), to compare")
 	fleetRate := fs.Int("fleet-rate", fleetRateDefault, "enqueues per second of each client's producer in the fleet-* scenarios")
 	fleetBacklog := fs.Int("fleet-backlog", 0, "jobs or rows the fleet-* scenarios start with (default: sized from the ceiling, see docs/bench.md)")

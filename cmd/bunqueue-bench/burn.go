@@ -14,8 +14,8 @@ import (
 // This file runs the burn-downs: N jobs inserted first (not timed), then a
 // client started and timed until the database holds none of them waiting
 // or running. It is the shape of `river bench -n N`, so that bunqueue's
-// jobs queue can be measured as River measures itself, in one group
-// between two measurements of the commit ceiling.
+// jobs queue and River (river.go) are measured alike, in one group between
+// two measurements of the commit ceiling.
 
 // Sizes of the burn-downs (--burn).
 const (
@@ -38,19 +38,25 @@ var burnGroup = []string{ceilingBeforeBurn, ceilingAfterBurn}
 const burnPoll = 2 * time.Millisecond
 
 // burnScenarios returns the burn-down group, in its run order: the
-// ceiling, bunqueue's three burn-downs, the ceiling again.
+// ceiling, River's two burn-downs, bunqueue's three, the ceiling again.
 func burnScenarios() []scenario {
 	needs := func(more ...string) []string { return append(more, burnGroup...) }
 	return []scenario{
 		{name: ceilingBeforeBurn, desc: "the 16-connection commit ceiling again, right before the burn-downs", concurrency: workers, noRatio: true,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.groupCeiling(ctx, false) }},
+		{name: riverBurnTuned, desc: "River: burn-down of --burn jobs, 16 workers, fetch timings as `river bench` sets them", concurrency: workers,
+			needs: needs(), skip: noRiver,
+			run: func(ctx context.Context, b *bench) (result, error) { return b.riverBurn(ctx, true) }},
+		{name: riverBurnDefaults, desc: "River: the same with River's defaults but MaxWorkers 16", concurrency: workers,
+			needs: needs(), skip: noRiver,
+			run: func(ctx context.Context, b *bench) (result, error) { return b.riverBurn(ctx, false) }},
 		{name: "jobs-burn-16", desc: "jobs table, lock mode: burn-down of --burn jobs, 16 workers, self-sized batches", concurrency: workers,
 			needs: needs(),
 			run: func(ctx context.Context, b *bench) (result, error) {
 				return b.jobsBurn(ctx, "bench_burn_16", bunqueue.JobQueueConfig{Workers: workers})
 			}},
 		{name: "jobs-burn-defaults", desc: "jobs table: burn-down of --burn jobs, zero JobQueueConfig (4 workers)", concurrency: bunqueue.WorkersDefault, ratioTo: workers,
-			needs: needs(),
+			needs: needs(riverBurnDefaults),
 			run: func(ctx context.Context, b *bench) (result, error) {
 				return b.jobsBurn(ctx, "bench_burn_defaults", bunqueue.JobQueueConfig{})
 			}},
@@ -122,7 +128,8 @@ func (s burnStats) note(n int, inserted string) string {
 }
 
 // burnLimit is the longest a burn-down runs: one that is not over by then
-// reports the rate of the jobs it completed.
+// (River's defaults fetch 16 jobs at most every 100 ms) reports the rate
+// of the jobs it completed.
 func (b *bench) burnLimit() time.Duration {
 	return max(30*time.Second, 4*(b.warmup+b.duration))
 }
@@ -202,6 +209,9 @@ func (b *bench) jobsBurn(ctx context.Context, queue string, cfg bunqueue.JobQueu
 	note := st.note(n, "EnqueueMany, 5000 per call") + burnSettings(cfg)
 	if len(vacuum) > 0 {
 		note += "; " + vacuum[0] + " before it"
+	}
+	if cfg.Workers == 0 {
+		note += b.versus(st.rate(), "of", "defaults against defaults", riverBurnDefaults)
 	}
 	return result{ItemsPerSec: st.rate(), RSSKiB: st.rssKiB, Note: note}, nil
 }

@@ -191,7 +191,9 @@ func scenarios() []scenario {
 		i := slices.IndexFunc(list, func(s scenario) bool { return s.name == "tracing-on" })
 		list = slices.Insert(list, i+1, *batchFnScenario)
 	}
-	i := slices.IndexFunc(list, func(s scenario) bool { return s.name == "jobs-lock-b1" })
+	i := slices.IndexFunc(list, func(s scenario) bool { return s.name == "latency" })
+	list = slices.Insert(list, i, riverLatencyScenario())
+	i = slices.IndexFunc(list, func(s scenario) bool { return s.name == "jobs-lock-b1" })
 	list = slices.Insert(list, i, burnScenarios()...)
 	i = slices.IndexFunc(list, func(s scenario) bool { return s.name == "post-burst-table" })
 	return slices.Insert(list, i, fleetScenarios()...)
@@ -1035,27 +1037,33 @@ type jobTimes struct{ enqueued, started time.Time }
 
 func (r *startRecorder) worker() bunqueue.WorkerFunc[latencyJob] {
 	return func(_ context.Context, _ bun.IDB, job *bunqueue.Job[latencyJob]) error {
-		now := time.Now()
-		d := now.UTC().Sub(job.Args.EnqueuedAt)
-		if !r.runs.ran(job.ID) {
-			return nil // a re-run: it started before
-		}
-		r.started.Add(1)
-		if job.Args.Measured {
-			r.mu.Lock()
-			r.latencies = append(r.latencies, d)
-			if r.times == nil {
-				r.times = map[int64]jobTimes{}
-			}
-			r.times[job.ID] = jobTimes{enqueued: job.Args.EnqueuedAt, started: now}
-			if r.sinceWake != nil {
-				if w, ok := r.sinceWake(now); ok {
-					r.woken = append(r.woken, w)
-				}
-			}
-			r.mu.Unlock()
-		}
+		r.record(job.ID, job.Args, time.Now())
 		return nil
+	}
+}
+
+// record records that the job id, which carries job, started at now (its
+// first start: a re-run is left out).
+func (r *startRecorder) record(id int64, job latencyJob, now time.Time) {
+	d := now.UTC().Sub(job.EnqueuedAt)
+	if !r.runs.ran(id) {
+		return // a re-run: it started before
+	}
+	r.started.Add(1)
+	if !job.Measured {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.latencies = append(r.latencies, d)
+	if r.times == nil {
+		r.times = map[int64]jobTimes{}
+	}
+	r.times[id] = jobTimes{enqueued: job.EnqueuedAt, started: now}
+	if r.sinceWake != nil {
+		if w, ok := r.sinceWake(now); ok {
+			r.woken = append(r.woken, w)
+		}
 	}
 }
 
