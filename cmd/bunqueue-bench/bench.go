@@ -97,6 +97,9 @@ type result struct {
 	Handled       *int64   `json:"handled,omitempty"`
 	Reruns        *int64   `json:"handler_reruns,omitempty"`
 	RerunShare    *float64 `json:"rerun_share,omitempty"`
+	// RatioToRiver is items/s ÷ the items/s of river-burn-tuned in the
+	// same run, for the bunqueue jobs rows (river.go).
+	RatioToRiver *float64 `json:"ratio_to_river,omitempty"`
 	// Skipped: the scenario cannot run against this server (the note
 	// says why), and the row has no figures.
 	Skipped bool   `json:"skipped,omitempty"`
@@ -387,6 +390,7 @@ func (b *bench) run(ctx context.Context, selected []scenario) (*report, error) {
 		fmt.Fprintf(b.progress, "%.0f items/s%s (%s)\n", r.ItemsPerSec, conflictsProgress(r), time.Since(began).Round(100*time.Millisecond))
 		rep.Results = append(rep.Results, r)
 	}
+	b.compareWithRiver(selected, rep)
 	return rep, nil
 }
 
@@ -520,10 +524,10 @@ func printTable(w io.Writer, rep *report) {
 		time.Duration(rep.WarmupS*float64(time.Second)), rep.StartedUTC)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tconns\titems/s\tceiling/s\t× ceiling\tp50 ms\tp95 ms\tp99 ms\tRSS MiB\tµs cpu client+server\t"+
-		"tx retries\tfailed batches\tre-runs\tre-run %\t  note")
+		"tx retries\tfailed batches\tre-runs\tre-run %\t× River\t  note")
 	for _, r := range rep.Results {
 		if r.Skipped {
-			fmt.Fprintf(tw, "%s\t%d%s\t  %s\n", r.Scenario, r.Concurrency, strings.Repeat("\t-", 12), r.Note)
+			fmt.Fprintf(tw, "%s\t%d%s\t  %s\n", r.Scenario, r.Concurrency, strings.Repeat("\t-", 13), r.Note)
 			continue
 		}
 		cpu := optFloat(r.ClientCPU, "%.0f")
@@ -535,10 +539,10 @@ func printTable(w io.Writer, rep *report) {
 			pct := 100 * *r.RerunShare
 			share = &pct
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t  %s\n",
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t  %s\n",
 			r.Scenario, r.Concurrency, r.ItemsPerSec, optFloat(r.Ceiling, "%.0f"), optFloat(r.Ratio, "%.2f"),
 			optFloat(r.P50ms, "%.2f"), optFloat(r.P95ms, "%.2f"), optFloat(r.P99ms, "%.2f"),
-			float64(r.RSSKiB)/1024, cpu, optInt(r.TxRetries), optInt(r.FailedBatches), optInt(r.Reruns), optFloat(share, "%.2f"), r.Note)
+			float64(r.RSSKiB)/1024, cpu, optInt(r.TxRetries), optInt(r.FailedBatches), optInt(r.Reruns), optFloat(share, "%.2f"), optFloat(r.RatioToRiver, "%.2f"), r.Note)
 	}
 	_ = tw.Flush()
 }

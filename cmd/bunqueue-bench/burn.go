@@ -51,17 +51,17 @@ func burnScenarios() []scenario {
 			needs: needs(), skip: noRiver,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.riverBurn(ctx, false) }},
 		{name: "jobs-burn-16", desc: "jobs table, lock mode: burn-down of --burn jobs, 16 workers, self-sized batches", concurrency: workers,
-			needs: needs(),
+			needs: needs(), river: riverBurnTuned,
 			run: func(ctx context.Context, b *bench) (result, error) {
 				return b.jobsBurn(ctx, "bench_burn_16", bunqueue.JobQueueConfig{Workers: workers})
 			}},
 		{name: "jobs-burn-defaults", desc: "jobs table: burn-down of --burn jobs, zero JobQueueConfig (4 workers)", concurrency: bunqueue.WorkersDefault, ratioTo: workers,
-			needs: needs(riverBurnDefaults),
+			needs: needs(riverBurnDefaults), river: riverBurnTuned,
 			run: func(ctx context.Context, b *bench) (result, error) {
 				return b.jobsBurn(ctx, "bench_burn_defaults", bunqueue.JobQueueConfig{})
 			}},
 		{name: "jobs-burn-lease-16", desc: "jobs table, lease mode: burn-down of --burn jobs, 16 workers, self-sized batches", concurrency: workers,
-			needs: needs(),
+			needs: needs(), river: riverBurnTuned,
 			run: func(ctx context.Context, b *bench) (result, error) {
 				return b.jobsBurn(ctx, "bench_burn_lease_16", bunqueue.JobQueueConfig{Workers: workers, Mode: bunqueue.ModeLease})
 			}},

@@ -303,3 +303,31 @@ func riverLatencyScenario() scenario {
 		skip: noRiver,
 		run:  func(ctx context.Context, b *bench) (result, error) { return b.riverLatency(ctx, 300) }}
 }
+
+// compareWithRiver gives each row whose scenario compares itself with a
+// River row (scenario.river) that ran in this run its comparison: a
+// throughput row its ratio to River's rate, a latency row River's
+// percentiles in its note. It runs once every row is in, so that it does
+// not depend on their order.
+func (b *bench) compareWithRiver(selected []scenario, rep *report) {
+	versus := map[string]string{}
+	for _, s := range selected {
+		versus[s.name] = s.river
+	}
+	for i, r := range rep.Results {
+		base, ok := b.results[versus[r.Scenario]]
+		if !ok || r.Skipped || base.Skipped {
+			continue
+		}
+		switch {
+		case base.P50ms != nil:
+			r.Note += fmt.Sprintf("; River in the same run (%s): p50 %.2f ms, p95 %.2f ms, p99 %.2f ms",
+				base.Scenario, *base.P50ms, *base.P95ms, *base.P99ms)
+		case base.ItemsPerSec > 0:
+			ratio := r.ItemsPerSec / base.ItemsPerSec
+			r.RatioToRiver = &ratio
+		}
+		rep.Results[i] = r
+		b.results[r.Scenario] = r
+	}
+}

@@ -47,6 +47,9 @@ type scenario struct {
 	noRatio     bool     // its rate is set by a producer: no ratio to the ceiling
 	ratioTo     int      // the ceiling its ratio is to, if not its concurrency's
 	needs       []string // scenarios it compares itself with: run them too
+	// river, if set, is the River row it compares itself with (river.go):
+	// run it too.
+	river string
 	// skip, if set, returns why the scenario cannot run against the
 	// bench's server, or "" if it can: a skipped scenario has a row that
 	// says why, and no figures.
@@ -66,6 +69,9 @@ func (s scenario) ratioConcurrency() int {
 // is to.
 func (s scenario) deps() []string {
 	d := slices.Clone(s.needs)
+	if s.river != "" {
+		d = append(d, s.river)
+	}
 	if !s.ceiling && !s.noRatio {
 		d = append(d, fmt.Sprintf("ceiling-%d", s.ratioConcurrency()))
 	}
@@ -147,7 +153,7 @@ func scenarios() []scenario {
 		// The latency runs before the jobs throughput scenarios: right
 		// after those, on this server, it was sometimes far worse for a
 		// few seconds (measured again by latency-post-jobs).
-		{name: "latency", desc: "jobs, enqueue→start, 300 enqueues/s, wake-up hook", concurrency: workers, noRatio: true,
+		{name: "latency", desc: "jobs, enqueue→start, 300 enqueues/s, wake-up hook", concurrency: workers, noRatio: true, river: riverLatencyName,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.latency(ctx, 300) }},
 		{name: "latency-xproc", desc: "jobs, enqueue→start, 300 enqueues/s from another process", concurrency: workers, noRatio: true,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.latencyCrossProcess(ctx, 300, false) }},
@@ -158,15 +164,16 @@ func scenarios() []scenario {
 			skip: noNotifications,
 			run:  func(ctx context.Context, b *bench) (result, error) { return b.latencyTableNotify(ctx, 300) }},
 		// burnScenarios go here, before the jobs rows.
-		{name: "jobs-lock-b1", desc: "jobs table, lock mode, BatchSize 1", concurrency: workers,
+		{name: "jobs-lock-b1", desc: "jobs table, lock mode, BatchSize 1", concurrency: workers, river: riverBurnTuned,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.jobsQueue(ctx, bunqueue.ModeLock, 1, 3) }},
-		{name: "jobs-lock-b50", desc: "jobs table, lock mode, BatchSize 50", concurrency: workers,
+		{name: "jobs-lock-b50", desc: "jobs table, lock mode, BatchSize 50", concurrency: workers, river: riverBurnTuned,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.jobsQueue(ctx, bunqueue.ModeLock, 50, 8) }},
-		{name: "jobs-lease-b1", desc: "jobs table, lease mode, BatchSize 1", concurrency: workers,
+		{name: "jobs-lease-b1", desc: "jobs table, lease mode, BatchSize 1", concurrency: workers, river: riverBurnTuned,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.jobsQueue(ctx, bunqueue.ModeLease, 1, 2) }},
 		{name: "jobs-defaults", desc: "jobs table, zero JobQueueConfig (all defaults)", concurrency: workers, ratioTo: workers, needs: []string{"jobs-lock-b1", "jobs-lock-b50"},
-			run: func(ctx context.Context, b *bench) (result, error) { return b.jobsDefaults(ctx) }},
-		{name: "latency-post-jobs", desc: "the latency scenario again, right after the jobs bursts", concurrency: workers, noRatio: true,
+			river: riverBurnTuned,
+			run:   func(ctx context.Context, b *bench) (result, error) { return b.jobsDefaults(ctx) }},
+		{name: "latency-post-jobs", desc: "the latency scenario again, right after the jobs bursts", concurrency: workers, noRatio: true, river: riverLatencyName,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.latency(ctx, 300) }},
 		// After latency-post-jobs, which is to follow the jobs bursts.
 		// fleetScenarios go here.
