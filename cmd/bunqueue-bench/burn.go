@@ -30,9 +30,6 @@ const (
 	ceilingAfterBurn  = "ceiling-16-after-burn"
 )
 
-// burnGroup is what every burn-down needs: the ceilings around the group.
-var burnGroup = []string{ceilingBeforeBurn, ceilingAfterBurn}
-
 // burnPoll is how often a burn-down looks whether it is over: first at
 // its handlers' count, then, once that reached N, at the database.
 const burnPoll = 2 * time.Millisecond
@@ -40,7 +37,8 @@ const burnPoll = 2 * time.Millisecond
 // burnScenarios returns the burn-down group, in its run order: the
 // ceiling, River's two burn-downs, bunqueue's three, the ceiling again.
 func burnScenarios() []scenario {
-	needs := func(more ...string) []string { return append(more, burnGroup...) }
+	// Every burn-down needs the ceilings around the group.
+	needs := func(more ...string) []string { return append(more, ceilingBeforeBurn, ceilingAfterBurn) }
 	return []scenario{
 		{name: ceilingBeforeBurn, desc: "the 16-connection commit ceiling again, right before the burn-downs", concurrency: workers, noRatio: true,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.groupCeiling(ctx, false) }},

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"time"
 
@@ -99,7 +101,7 @@ func (b *bench) openRiver(ctx context.Context) (*riverDB, error) {
 		return nil, fmt.Errorf("river: open its pool: %w", err)
 	}
 	r := &riverDB{pool: pool, driver: riverpgxv5.New(pool)}
-	if err := r.migrate(ctx, b); err != nil {
+	if err := r.migrate(ctx, b.log); err != nil {
 		r.close()
 		return nil, err
 	}
@@ -108,13 +110,13 @@ func (b *bench) openRiver(ctx context.Context) (*riverDB, error) {
 
 // migrate drops riverSchema, if a run that was killed left it, creates it
 // anew and migrates River's tables into it.
-func (r *riverDB) migrate(ctx context.Context, b *bench) error {
+func (r *riverDB) migrate(ctx context.Context, log *slog.Logger) error {
 	for _, stmt := range []string{"DROP SCHEMA IF EXISTS " + riverSchema + " CASCADE", "CREATE SCHEMA " + riverSchema} {
 		if _, err := r.pool.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("river: %s: %w", stmt, err)
 		}
 	}
-	m, err := rivermigrate.New(r.driver, &rivermigrate.Config{Schema: riverSchema, Logger: b.log})
+	m, err := rivermigrate.New(r.driver, &rivermigrate.Config{Schema: riverSchema, Logger: log})
 	if err != nil {
 		return fmt.Errorf("river: make the migrator: %w", err)
 	}
@@ -288,7 +290,7 @@ func (b *bench) riverLatency(ctx context.Context, perSecond int) (result, error)
 // jobs started of those p enqueued in the window.
 func riverLatencyResult(lat []time.Duration, p production, rss int64) (result, error) {
 	if p.inWindow < 2 {
-		return result{}, fmt.Errorf("river: fewer than 2 jobs were inserted during the measured window")
+		return result{}, errors.New("river: fewer than 2 jobs were inserted during the measured window")
 	}
 	note := fmt.Sprintf("%d inserted in the window (%.0f/s, one Insert each, which took p50 %.2f ms, p99 %.2f ms), %d started; %s",
 		p.inWindow, float64(p.inWindow)/p.window.Seconds(), *percentile(p.enqueueTimes, 0.5), *percentile(p.enqueueTimes, 0.99),
