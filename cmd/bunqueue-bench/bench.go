@@ -48,6 +48,8 @@ type bench struct {
 
 	large int // rows of the large-backlog scenarios (backlog-1m, memory-1m)
 	burst int // rows of the post-burst scenarios' bursts
+	// burnJobs is the jobs of each burn-down (burn.go).
+	burnJobs int
 
 	ceiling map[int]float64   // commit ceiling by concurrency, once measured
 	results map[string]result // the scenarios run so far, by name
@@ -95,6 +97,9 @@ type result struct {
 	Handled       *int64   `json:"handled,omitempty"`
 	Reruns        *int64   `json:"handler_reruns,omitempty"`
 	RerunShare    *float64 `json:"rerun_share,omitempty"`
+	// RatioToRiver is items/s ÷ the items/s of river-burn-tuned in the
+	// same run, for the bunqueue jobs rows (river.go).
+	RatioToRiver *float64 `json:"ratio_to_river,omitempty"`
 	// Skipped: the scenario cannot run against this server (the note
 	// says why), and the row has no figures.
 	Skipped bool   `json:"skipped,omitempty"`
@@ -110,6 +115,7 @@ type report struct {
 	WarmupS    float64  `json:"warmup_s"`
 	LargeRows  int      `json:"large_rows"`
 	BurstRows  int      `json:"burst_rows"`
+	BurnJobs   int      `json:"burn_jobs"`
 	StartedUTC string   `json:"started_utc"`
 	Results    []result `json:"results"`
 }
@@ -126,12 +132,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	large := fs.Int("large", 0, fmt.Sprintf("waiting rows of the large-backlog scenarios backlog-1m and memory-1m (default %d)", largeFull))
 	burst := fs.Int("burst", 0, fmt.Sprintf("rows processed by the post-burst scenarios before they measure (default %d, %d with --quick;\n"+
 		"post-burst-held takes at most %d)", burstFull, burstQuick, heldBurstMax))
+	burnJobs := fs.Int("burn", 0, fmt.Sprintf("jobs of each burn-down, River's and bunqueue's (default %d, %d with --quick)", burnFull, burnQuick))
 	noPrepared := fs.Bool("no-prepared", false, "run bunqueue's clients with Config.NoPreparedStatements (every statement in text), to compare")
 	fleetRate := fs.Int("fleet-rate", fleetRateDefault, "enqueues per second of each client's producer in the fleet-* scenarios")
 	fleetBacklog := fs.Int("fleet-backlog", 0, "jobs or rows the fleet-* scenarios start with (default: sized from the ceiling, see docs/bench.md)")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile of the whole run to `FILE` (go tool pprof reads it)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: bunqueue-bench [--quick] [--dsn DSN] [--json] [--duration D] [--only NAMES] [--large N] [--burst N]\n"+
+		fmt.Fprintln(stderr, "Usage: bunqueue-bench [--quick] [--dsn DSN] [--json] [--duration D] [--only NAMES] [--large N] [--burst N] [--burn N]\n"+
 			"                      [--fleet-rate N] [--fleet-backlog N] [--no-prepared] [--cpuprofile FILE]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Measures, each for a fixed time, the database's commit ceiling and bunqueue's")
@@ -153,12 +160,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	b.progress = stderr
 	b.large = largeFull
 	b.burst = burstFull
+	b.burnJobs = burnFull
 	if *quick {
 		b.duration = 3 * time.Second
 		b.burst = burstQuick
+		b.burnJobs = burnQuick
 	}
-	if *duration < 0 || *large < 0 || *burst < 0 || *fleetBacklog < 0 {
-		fmt.Fprintln(stderr, "bunqueue-bench: --duration, --large, --burst and --fleet-backlog must not be negative")
+	if *burnJobs > 0 {
+		b.burnJobs = *burnJobs
+	}
+	if *duration < 0 || *large < 0 || *burst < 0 || *burnJobs < 0 || *fleetBacklog < 0 {
+		fmt.Fprintln(stderr, "bunqueue-bench: --duration, --large, --burst, --burn and --fleet-backlog must not be negative")
 		return exitUsage
 	}
 	if *fleetRate <= 0 {
@@ -299,6 +311,7 @@ func (b *bench) run(ctx context.Context, selected []scenario) (*report, error) {
 		WarmupS:    b.warmup.Seconds(),
 		LargeRows:  b.large,
 		BurstRows:  b.burst,
+		BurnJobs:   b.burnJobs,
 		StartedUTC: time.Now().UTC().Format(time.RFC3339),
 	}
 	if err := admin.NewRaw(b.sql.version()).Scan(ctx, &rep.Server); err != nil {
@@ -377,6 +390,7 @@ func (b *bench) run(ctx context.Context, selected []scenario) (*report, error) {
 		fmt.Fprintf(b.progress, "%.0f items/s%s (%s)\n", r.ItemsPerSec, conflictsProgress(r), time.Since(began).Round(100*time.Millisecond))
 		rep.Results = append(rep.Results, r)
 	}
+	b.compareWithRiver(selected, rep)
 	return rep, nil
 }
 
@@ -510,10 +524,10 @@ func printTable(w io.Writer, rep *report) {
 		time.Duration(rep.WarmupS*float64(time.Second)), rep.StartedUTC)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tconns\titems/s\tceiling/s\t× ceiling\tp50 ms\tp95 ms\tp99 ms\tRSS MiB\tµs cpu client+server\t"+
-		"tx retries\tfailed batches\tre-runs\tre-run %\t  note")
+		"tx retries\tfailed batches\tre-runs\tre-run %\t× River\t  note")
 	for _, r := range rep.Results {
 		if r.Skipped {
-			fmt.Fprintf(tw, "%s\t%d%s\t  %s\n", r.Scenario, r.Concurrency, strings.Repeat("\t-", 12), r.Note)
+			fmt.Fprintf(tw, "%s\t%d%s\t  %s\n", r.Scenario, r.Concurrency, strings.Repeat("\t-", 13), r.Note)
 			continue
 		}
 		cpu := optFloat(r.ClientCPU, "%.0f")
@@ -525,10 +539,10 @@ func printTable(w io.Writer, rep *report) {
 			pct := 100 * *r.RerunShare
 			share = &pct
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t  %s\n",
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t  %s\n",
 			r.Scenario, r.Concurrency, r.ItemsPerSec, optFloat(r.Ceiling, "%.0f"), optFloat(r.Ratio, "%.2f"),
 			optFloat(r.P50ms, "%.2f"), optFloat(r.P95ms, "%.2f"), optFloat(r.P99ms, "%.2f"),
-			float64(r.RSSKiB)/1024, cpu, optInt(r.TxRetries), optInt(r.FailedBatches), optInt(r.Reruns), optFloat(share, "%.2f"), r.Note)
+			float64(r.RSSKiB)/1024, cpu, optInt(r.TxRetries), optInt(r.FailedBatches), optInt(r.Reruns), optFloat(share, "%.2f"), optFloat(r.RatioToRiver, "%.2f"), r.Note)
 	}
 	_ = tw.Flush()
 }

@@ -47,6 +47,9 @@ type scenario struct {
 	noRatio     bool     // its rate is set by a producer: no ratio to the ceiling
 	ratioTo     int      // the ceiling its ratio is to, if not its concurrency's
 	needs       []string // scenarios it compares itself with: run them too
+	// river, if set, is the River row it compares itself with (river.go):
+	// run it too.
+	river string
 	// skip, if set, returns why the scenario cannot run against the
 	// bench's server, or "" if it can: a skipped scenario has a row that
 	// says why, and no figures.
@@ -66,6 +69,9 @@ func (s scenario) ratioConcurrency() int {
 // is to.
 func (s scenario) deps() []string {
 	d := slices.Clone(s.needs)
+	if s.river != "" {
+		d = append(d, s.river)
+	}
 	if !s.ceiling && !s.noRatio {
 		d = append(d, fmt.Sprintf("ceiling-%d", s.ratioConcurrency()))
 	}
@@ -147,7 +153,7 @@ func scenarios() []scenario {
 		// The latency runs before the jobs throughput scenarios: right
 		// after those, on this server, it was sometimes far worse for a
 		// few seconds (measured again by latency-post-jobs).
-		{name: "latency", desc: "jobs, enqueue→start, 300 enqueues/s, wake-up hook", concurrency: workers, noRatio: true,
+		{name: "latency", desc: "jobs, enqueue→start, 300 enqueues/s, wake-up hook", concurrency: workers, noRatio: true, river: riverLatencyName,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.latency(ctx, 300) }},
 		{name: "latency-xproc", desc: "jobs, enqueue→start, 300 enqueues/s from another process", concurrency: workers, noRatio: true,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.latencyCrossProcess(ctx, 300, false) }},
@@ -157,15 +163,17 @@ func scenarios() []scenario {
 		{name: "latency-xproc-notify-table", desc: "latency-xproc-notify for an any-table queue: rows inserted with Client.Notify", concurrency: workers, noRatio: true,
 			skip: noNotifications,
 			run:  func(ctx context.Context, b *bench) (result, error) { return b.latencyTableNotify(ctx, 300) }},
-		{name: "jobs-lock-b1", desc: "jobs table, lock mode, BatchSize 1", concurrency: workers,
+		// burnScenarios go here, before the jobs rows.
+		{name: "jobs-lock-b1", desc: "jobs table, lock mode, BatchSize 1", concurrency: workers, river: riverBurnTuned,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.jobsQueue(ctx, bunqueue.ModeLock, 1, 3) }},
-		{name: "jobs-lock-b50", desc: "jobs table, lock mode, BatchSize 50", concurrency: workers,
+		{name: "jobs-lock-b50", desc: "jobs table, lock mode, BatchSize 50", concurrency: workers, river: riverBurnTuned,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.jobsQueue(ctx, bunqueue.ModeLock, 50, 8) }},
-		{name: "jobs-lease-b1", desc: "jobs table, lease mode, BatchSize 1", concurrency: workers,
+		{name: "jobs-lease-b1", desc: "jobs table, lease mode, BatchSize 1", concurrency: workers, river: riverBurnTuned,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.jobsQueue(ctx, bunqueue.ModeLease, 1, 2) }},
 		{name: "jobs-defaults", desc: "jobs table, zero JobQueueConfig (all defaults)", concurrency: workers, ratioTo: workers, needs: []string{"jobs-lock-b1", "jobs-lock-b50"},
-			run: func(ctx context.Context, b *bench) (result, error) { return b.jobsDefaults(ctx) }},
-		{name: "latency-post-jobs", desc: "the latency scenario again, right after the jobs bursts", concurrency: workers, noRatio: true,
+			river: riverBurnTuned,
+			run:   func(ctx context.Context, b *bench) (result, error) { return b.jobsDefaults(ctx) }},
+		{name: "latency-post-jobs", desc: "the latency scenario again, right after the jobs bursts", concurrency: workers, noRatio: true, river: riverLatencyName,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.latency(ctx, 300) }},
 		// After latency-post-jobs, which is to follow the jobs bursts.
 		// fleetScenarios go here.
@@ -190,7 +198,11 @@ func scenarios() []scenario {
 		i := slices.IndexFunc(list, func(s scenario) bool { return s.name == "tracing-on" })
 		list = slices.Insert(list, i+1, *batchFnScenario)
 	}
-	i := slices.IndexFunc(list, func(s scenario) bool { return s.name == "post-burst-table" })
+	i := slices.IndexFunc(list, func(s scenario) bool { return s.name == "latency" })
+	list = slices.Insert(list, i, riverLatencyScenario())
+	i = slices.IndexFunc(list, func(s scenario) bool { return s.name == "jobs-lock-b1" })
+	list = slices.Insert(list, i, burnScenarios()...)
+	i = slices.IndexFunc(list, func(s scenario) bool { return s.name == "post-burst-table" })
 	return slices.Insert(list, i, fleetScenarios()...)
 }
 
@@ -1032,27 +1044,33 @@ type jobTimes struct{ enqueued, started time.Time }
 
 func (r *startRecorder) worker() bunqueue.WorkerFunc[latencyJob] {
 	return func(_ context.Context, _ bun.IDB, job *bunqueue.Job[latencyJob]) error {
-		now := time.Now()
-		d := now.UTC().Sub(job.Args.EnqueuedAt)
-		if !r.runs.ran(job.ID) {
-			return nil // a re-run: it started before
-		}
-		r.started.Add(1)
-		if job.Args.Measured {
-			r.mu.Lock()
-			r.latencies = append(r.latencies, d)
-			if r.times == nil {
-				r.times = map[int64]jobTimes{}
-			}
-			r.times[job.ID] = jobTimes{enqueued: job.Args.EnqueuedAt, started: now}
-			if r.sinceWake != nil {
-				if w, ok := r.sinceWake(now); ok {
-					r.woken = append(r.woken, w)
-				}
-			}
-			r.mu.Unlock()
-		}
+		r.record(job.ID, job.Args, time.Now())
 		return nil
+	}
+}
+
+// record records that the job id, which carries job, started at now (its
+// first start: a re-run is left out).
+func (r *startRecorder) record(id int64, job latencyJob, now time.Time) {
+	d := now.UTC().Sub(job.EnqueuedAt)
+	if !r.runs.ran(id) {
+		return // a re-run: it started before
+	}
+	r.started.Add(1)
+	if !job.Measured {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.latencies = append(r.latencies, d)
+	if r.times == nil {
+		r.times = map[int64]jobTimes{}
+	}
+	r.times[id] = jobTimes{enqueued: job.EnqueuedAt, started: now}
+	if r.sinceWake != nil {
+		if w, ok := r.sinceWake(now); ok {
+			r.woken = append(r.woken, w)
+		}
 	}
 }
 
