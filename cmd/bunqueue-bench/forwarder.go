@@ -170,7 +170,7 @@ func (f *forwarder) pipe(src, dst net.Conn, onRead func()) {
 func (f *forwarder) deliver(src, dst net.Conn, chunks <-chan chunk) {
 	for c := range chunks {
 		if wait := time.Until(c.read.Add(f.delay)); f.delay > 0 && wait > 0 {
-			time.Sleep(wait)
+			preciseSleep(wait)
 		}
 		if _, err := dst.Write(c.data); err != nil {
 			_ = src.Close()
