@@ -52,9 +52,12 @@ type bench struct {
 	ceiling map[int]float64   // commit ceiling by concurrency, once measured
 	results map[string]result // the scenarios run so far, by name
 
-	// lastCPU is the CPU per item of the last window measured: the
+	// last is what an item cost in the last window measured: the
 	// scenario's, once its ceiling has run.
-	lastCPU struct{ client, server *float64 }
+	last costs
+	// tx counts the server's transactions, if it can (tx/item); nil in
+	// the child processes.
+	tx *txCounter
 
 	// scene counts the lock conflicts of the scenario being run.
 	scene *conflicts
@@ -83,6 +86,10 @@ type result struct {
 	// on this machine) the database server.
 	ClientCPU *float64 `json:"client_cpu_us_per_item,omitempty"`
 	ServerCPU *float64 `json:"server_cpu_us_per_item,omitempty"`
+	// TxPerItem is the transactions the server ended (committed or rolled
+	// back) in the measured window per item, as its counters tell
+	// (docs/bench.md).
+	TxPerItem *float64 `json:"tx_per_item,omitempty"`
 	// TxRetries is the transactions the scenario's clients ran again after
 	// a deadlock or a lock wait timeout (bunqueue.transaction.retries),
 	// FailedBatches the batches that failed all the same ("bunqueue: batch
@@ -103,15 +110,17 @@ type result struct {
 
 // report is what --json prints.
 type report struct {
-	Server     string   `json:"server"`
-	GoVersion  string   `json:"go_version"`
-	NumCPU     int      `json:"num_cpu"`
-	DurationS  float64  `json:"duration_s"`
-	WarmupS    float64  `json:"warmup_s"`
-	LargeRows  int      `json:"large_rows"`
-	BurstRows  int      `json:"burst_rows"`
-	StartedUTC string   `json:"started_utc"`
-	Results    []result `json:"results"`
+	Server     string  `json:"server"`
+	GoVersion  string  `json:"go_version"`
+	NumCPU     int     `json:"num_cpu"`
+	DurationS  float64 `json:"duration_s"`
+	WarmupS    float64 `json:"warmup_s"`
+	LargeRows  int     `json:"large_rows"`
+	BurstRows  int     `json:"burst_rows"`
+	StartedUTC string  `json:"started_utc"`
+	// TxCounted says what tx_per_item counts, or why no row has it.
+	TxCounted string   `json:"tx_counted"`
+	Results   []result `json:"results"`
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -141,7 +150,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "right before the scenario, since a shared machine's load drifts over a run.")
 		fmt.Fprintln(stderr, "Each row that runs handlers also counts the transactions its clients retried")
 		fmt.Fprintln(stderr, "after a deadlock or lock wait timeout, the batches that failed, and the runs of")
-		fmt.Fprintln(stderr, "a handler for an item that had already run (re-runs). docs/bench.md has more.")
+		fmt.Fprintln(stderr, "a handler for an item that had already run (re-runs), and every row the server's")
+		fmt.Fprintln(stderr, "transactions per item. docs/bench.md has more.")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
@@ -316,68 +326,108 @@ func (b *bench) run(ctx context.Context, selected []scenario) (*report, error) {
 		return nil, fmt.Errorf("%w: is another bunqueue-bench running against this database? wait for it to finish", err)
 	}
 	defer func() { _ = unlock() }()
+	// After the lock: the counter may switch the server's counters on,
+	// and off again at the end.
+	if b.tx, err = b.openTxCounter(ctx); err != nil {
+		rep.TxCounted = "not counted: " + err.Error()
+		b.warn("no tx/item: %v", err)
+	} else {
+		rep.TxCounted = b.tx.what
+		defer b.tx.close(context.WithoutCancel(ctx))
+	}
 
-	total := time.Duration(len(selected)) * (b.duration + b.warmup)
+	total := time.Duration(len(selected)) * (b.duration + b.warmup + b.tail())
 	fmt.Fprintf(b.progress, "bunqueue-bench: %d scenarios, %s measured each after %s of warm-up (about %s plus set-up, fills and bursts), server %s\n",
 		len(selected), b.duration, b.warmup, total.Round(time.Second), rep.Server)
+	return rep, b.runScenarios(ctx, rep, selected)
+}
+
+// tail is how long a window's work must go on after its end for the
+// transaction count to be read (on PostgreSQL, see txCounter.spread).
+func (b *bench) tail() time.Duration {
+	if b.tx == nil {
+		return 0
+	}
+	return b.tx.spread
+}
+
+// runScenarios runs the selected scenarios, each after the ceiling it is
+// compared with, and adds their rows to rep.
+func (b *bench) runScenarios(ctx context.Context, rep *report, selected []scenario) error {
 	for _, s := range selected {
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("interrupted: %w", err)
+			return fmt.Errorf("interrupted: %w", err)
 		}
-		fmt.Fprintf(b.progress, "  %-18s %s … ", s.name, s.desc)
-		if s.skip != nil {
-			if why := s.skip(b); why != "" {
-				fmt.Fprintf(b.progress, "skipped: %s\n", why)
-				r := result{Scenario: s.name, Concurrency: s.concurrency, Skipped: true, Note: "skipped: " + why}
-				b.results[s.name] = r
-				rep.Results = append(rep.Results, r)
-				continue
-			}
-		}
-		began := time.Now()
-		var ceiling float64
-		if !s.ceiling && !s.noRatio {
-			// The machine's load drifts over a run: the ratio is to the
-			// ceiling measured right before the scenario.
-			c, err := b.adjacentCeiling(ctx, s.ratioConcurrency())
-			if err != nil {
-				fmt.Fprintln(b.progress, "failed")
-				return nil, fmt.Errorf("scenario %s: the ceiling before it: %w", s.name, err)
-			}
-			ceiling = c
-		}
-		b.lastCPU.client, b.lastCPU.server = nil, nil
-		b.scene = &conflicts{}
-		r, err := s.run(ctx, b)
-		if ferr := b.scene.fill(ctx, &r); err == nil {
-			err = ferr
-		}
+		r, err := b.runScenario(ctx, s)
 		if err != nil {
-			fmt.Fprintln(b.progress, "failed")
-			return nil, fmt.Errorf("scenario %s: %w", s.name, err)
-		}
-		r.Scenario = s.name
-		if r.ClientCPU == nil && !s.noRatio {
-			r.ClientCPU, r.ServerCPU = b.lastCPU.client, b.lastCPU.server
-		}
-		if r.Concurrency == 0 {
-			r.Concurrency = s.concurrency
-		}
-		if s.ceiling {
-			b.ceiling[s.concurrency] = r.ItemsPerSec
-		}
-		if ceiling > 0 {
-			ratio := r.ItemsPerSec / ceiling
-			r.Ratio, r.Ceiling = &ratio, &ceiling
-		} else if s.ceiling {
-			ratio := 1.0
-			r.Ratio = &ratio
+			return err
 		}
 		b.results[s.name] = r
-		fmt.Fprintf(b.progress, "%.0f items/s%s (%s)\n", r.ItemsPerSec, conflictsProgress(r), time.Since(began).Round(100*time.Millisecond))
 		rep.Results = append(rep.Results, r)
 	}
-	return rep, nil
+	return nil
+}
+
+// runScenario runs s, after the ceiling it is compared with, and returns
+// its row.
+func (b *bench) runScenario(ctx context.Context, s scenario) (result, error) {
+	fmt.Fprintf(b.progress, "  %-18s %s … ", s.name, s.desc)
+	if s.skip != nil {
+		if why := s.skip(b); why != "" {
+			fmt.Fprintf(b.progress, "skipped: %s\n", why)
+			return result{Scenario: s.name, Concurrency: s.concurrency, Skipped: true, Note: "skipped: " + why}, nil
+		}
+	}
+	began := time.Now()
+	var ceiling float64
+	if !s.ceiling && !s.noRatio {
+		// The machine's load drifts over a run: the ratio is to the
+		// ceiling measured right before the scenario.
+		c, err := b.adjacentCeiling(ctx, s.ratioConcurrency())
+		if err != nil {
+			fmt.Fprintln(b.progress, "failed")
+			return result{}, fmt.Errorf("scenario %s: the ceiling before it: %w", s.name, err)
+		}
+		ceiling = c
+	}
+	b.last = costs{}
+	b.scene = &conflicts{}
+	r, err := s.run(ctx, b)
+	if ferr := b.scene.fill(ctx, &r); err == nil {
+		err = ferr
+	}
+	if err != nil {
+		fmt.Fprintln(b.progress, "failed")
+		return result{}, fmt.Errorf("scenario %s: %w", s.name, err)
+	}
+	r.Scenario = s.name
+	if r.ClientCPU == nil && !s.noRatio {
+		b.last.fill(&r)
+	}
+	if r.Concurrency == 0 {
+		r.Concurrency = s.concurrency
+	}
+	if s.ceiling {
+		b.ceiling[s.concurrency] = r.ItemsPerSec
+	}
+	if ceiling > 0 {
+		ratio := r.ItemsPerSec / ceiling
+		r.Ratio, r.Ceiling = &ratio, &ceiling
+	} else if s.ceiling {
+		ratio := 1.0
+		r.Ratio = &ratio
+	}
+	fmt.Fprintf(b.progress, "%.0f items/s%s%s (%s)\n", r.ItemsPerSec, costsProgress(r), conflictsProgress(r), time.Since(began).Round(100*time.Millisecond))
+	return r, nil
+}
+
+// costsProgress is the progress line's account of r's transactions per
+// item, where measured.
+func costsProgress(r result) string {
+	if r.TxPerItem == nil {
+		return ""
+	}
+	return fmt.Sprintf(", %.2f tx/item", *r.TxPerItem)
 }
 
 // conflictsProgress is the progress line's account of r's conflicts, if
@@ -390,10 +440,12 @@ func conflictsProgress(r result) string {
 }
 
 // adjacentCeiling measures the commit ceiling at concurrency n in a
-// short window (a fifth of the scenarios', at least a second).
+// short window (a fifth of the scenarios', at least a second), without
+// counting its transactions, which no row reports.
 func (b *bench) adjacentCeiling(ctx context.Context, n int) (float64, error) {
-	duration, warmup := b.duration, b.warmup
-	defer func() { b.duration, b.warmup = duration, warmup }()
+	duration, warmup, tx := b.duration, b.warmup, b.tx
+	defer func() { b.duration, b.warmup, b.tx = duration, warmup, tx }()
+	b.tx = nil
 	b.duration, b.warmup = max(duration/5, time.Second), min(warmup, 250*time.Millisecond)
 	r, err := b.commitCeiling(ctx, n)
 	return r.ItemsPerSec, err
@@ -429,24 +481,28 @@ type window struct {
 }
 
 // measure waits for the warm-up, then counts what done gains during the
-// measured window.
+// measured window, and what its items cost (b.last); the work must go on
+// until it returns, which is b.tail() after the window.
 func (b *bench) measure(ctx context.Context, done *atomic.Int64) (window, error) {
 	if err := sleep(ctx, b.warmup); err != nil {
 		return window{}, err
 	}
-	c0, t0, cpu0 := done.Load(), time.Now(), readCPU()
+	c0, t0 := done.Load(), time.Now()
+	m0 := b.sampleMeters(ctx)
 	if err := sleep(ctx, b.duration); err != nil {
 		return window{}, err
 	}
-	c1, t1, cpu1 := done.Load(), time.Now(), readCPU()
-	b.lastCPU.client, b.lastCPU.server = cpuPerItem(cpu0, cpu1, c1-c0)
-	return window{rate: float64(c1-c0) / t1.Sub(t0).Seconds(), end: c1, rssKiB: readRSS()}, nil
+	c1, t1 := done.Load(), time.Now()
+	w := window{rate: float64(c1-c0) / t1.Sub(t0).Seconds(), end: c1, rssKiB: readRSS()}
+	b.windowCosts(m0, b.sampleMeters(ctx), c1-c0)
+	return w, nil
 }
 
 // measureNow measures like measure but without a warm-up, and also the
 // rate of the first second.
 func (b *bench) measureNow(ctx context.Context, done *atomic.Int64) (window, error) {
-	c0, t0, cpu0 := done.Load(), time.Now(), readCPU()
+	c0, t0 := done.Load(), time.Now()
+	m0 := b.sampleMeters(ctx)
 	firstLen := min(time.Second, b.duration)
 	if err := sleep(ctx, firstLen); err != nil {
 		return window{}, err
@@ -455,14 +511,15 @@ func (b *bench) measureNow(ctx context.Context, done *atomic.Int64) (window, err
 	if err := sleep(ctx, b.duration-firstLen); err != nil {
 		return window{}, err
 	}
-	c2, t2, cpu2 := done.Load(), time.Now(), readCPU()
-	b.lastCPU.client, b.lastCPU.server = cpuPerItem(cpu0, cpu2, c2-c0)
-	return window{
+	c2, t2 := done.Load(), time.Now()
+	w := window{
 		rate:   float64(c2-c0) / t2.Sub(t0).Seconds(),
 		first:  float64(c1-c0) / t1.Sub(t0).Seconds(),
 		end:    c2,
 		rssKiB: readRSS(),
-	}, nil
+	}
+	b.windowCosts(m0, b.sampleMeters(ctx), c2-c0)
+	return w, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -504,33 +561,41 @@ func readStatus(field string) int64 {
 	return 0
 }
 
+// printTable prints rep as a table, after its header: the server, the
+// run's settings, and what tx/item counts.
 func printTable(w io.Writer, rep *report) {
-	fmt.Fprintf(w, "server %s, %s, %d CPUs, %s measured per scenario after %s warm-up, started %s\n\n",
+	fmt.Fprintf(w, "server %s, %s, %d CPUs, %s measured per scenario after %s warm-up, started %s\n",
 		rep.Server, rep.GoVersion, rep.NumCPU, time.Duration(rep.DurationS*float64(time.Second)),
 		time.Duration(rep.WarmupS*float64(time.Second)), rep.StartedUTC)
+	fmt.Fprintf(w, "tx/item: %s\n\n", rep.TxCounted)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "scenario\tconns\titems/s\tceiling/s\t× ceiling\tp50 ms\tp95 ms\tp99 ms\tRSS MiB\tµs cpu client+server\t"+
-		"tx retries\tfailed batches\tre-runs\tre-run %\t  note")
+		"tx/item\ttx retries\tfailed batches\tre-runs\tre-run %\t  note")
 	for _, r := range rep.Results {
 		if r.Skipped {
-			fmt.Fprintf(tw, "%s\t%d%s\t  %s\n", r.Scenario, r.Concurrency, strings.Repeat("\t-", 12), r.Note)
+			fmt.Fprintf(tw, "%s\t%d%s\t  %s\n", r.Scenario, r.Concurrency, strings.Repeat("\t-", 13), r.Note)
 			continue
-		}
-		cpu := optFloat(r.ClientCPU, "%.0f")
-		if r.ClientCPU != nil {
-			cpu += "+" + optFloat(r.ServerCPU, "%.0f")
 		}
 		var share *float64
 		if r.RerunShare != nil {
 			pct := 100 * *r.RerunShare
 			share = &pct
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t  %s\n",
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t  %s\n",
 			r.Scenario, r.Concurrency, r.ItemsPerSec, optFloat(r.Ceiling, "%.0f"), optFloat(r.Ratio, "%.2f"),
 			optFloat(r.P50ms, "%.2f"), optFloat(r.P95ms, "%.2f"), optFloat(r.P99ms, "%.2f"),
-			float64(r.RSSKiB)/1024, cpu, optInt(r.TxRetries), optInt(r.FailedBatches), optInt(r.Reruns), optFloat(share, "%.2f"), r.Note)
+			float64(r.RSSKiB)/1024, cpuCell(r), optFloat(r.TxPerItem, "%.3f"),
+			optInt(r.TxRetries), optInt(r.FailedBatches), optInt(r.Reruns), optFloat(share, "%.2f"), r.Note)
 	}
 	_ = tw.Flush()
+}
+
+// cpuCell is r's CPU per item, the client's and the server's, or "-".
+func cpuCell(r result) string {
+	if r.ClientCPU == nil {
+		return "-"
+	}
+	return optFloat(r.ClientCPU, "%.0f") + "+" + optFloat(r.ServerCPU, "%.0f")
 }
 
 // optFloat formats v, or "-" if it is nil.

@@ -91,21 +91,24 @@ func TestCommand(t *testing.T) {
 	t.Run("bench ceiling", func(t *testing.T) {
 		stdout, stderr, code := runBinary(t, bin, "--duration", "300ms", "--only", "ceiling,fleet-lock-3x4", "--fleet-backlog", "200")
 		require.Equal(t, exitOK, code, "stderr: %s", stderr)
-		require.Contains(t, stdout, "tx retries  failed batches  re-runs  re-run %")
+		require.Contains(t, stdout, "tx/item  tx retries  failed batches  re-runs  re-run %")
+		require.Contains(t, stdout, "tx/item: InnoDB's trx_rw_commits")
 		for _, name := range []string{"ceiling-1", "ceiling-16", "fleet-lock-3x4"} {
 			f := tableRow(t, stdout, name)
-			rate, err := strconv.ParseFloat(f[2], 64)
+			rate, err := strconv.ParseFloat(f[colItems], 64)
 			require.NoError(t, err)
 			require.Positive(t, rate, "%s: items/s", name)
+			requirePositive(t, f[colTx], "%s: tx/item", name)
+			conflicts := f[colConflicts : colConflicts+4]
 			if name != "fleet-lock-3x4" {
-				require.Equal(t, []string{"-", "-", "-", "-"}, f[10:14], "%s: a plain-SQL row has no conflict columns", name)
+				require.Equal(t, []string{"-", "-", "-", "-"}, conflicts, "%s: a plain-SQL row has no conflict columns", name)
 				continue
 			}
-			for _, v := range f[10:13] { // tx retries, failed batches, re-runs
+			for _, v := range conflicts[:3] { // tx retries, failed batches, re-runs
 				_, err := strconv.ParseUint(v, 10, 64)
 				require.NoError(t, err, "%s: not a count", name)
 			}
-			_, err = strconv.ParseFloat(f[13], 64)
+			_, err = strconv.ParseFloat(conflicts[3], 64)
 			require.NoError(t, err, "%s: re-run %% not a number", name)
 		}
 	})
@@ -145,11 +148,13 @@ func TestCommand(t *testing.T) {
 		require.Contains(t, rows["table-sized-keys-100"].Note, "of table-sized")
 		require.Contains(t, rows["tracing-on"].Note, "of table-b50")
 		require.Contains(t, rows["tracing-on"].Note, "client CPU")
-		// The server runs on this machine: both CPU figures are there.
+		// The server runs on this machine: both CPU figures are there, and
+		// the transactions.
 		for _, name := range []string{"ceiling-16", "table-b1", "write-only", "write-only-jobs-b50", "tracing-on"} {
 			require.NotNil(t, rows[name].ClientCPU, "%s: no client CPU", name)
 			require.Positive(t, *rows[name].ClientCPU, "%s: client CPU", name)
 			require.NotNil(t, rows[name].ServerCPU, "%s: no server CPU", name)
+			require.NotNil(t, rows[name].TxPerItem, "%s: no tx/item", name)
 		}
 		require.Nil(t, rows["latency-xproc"].ClientCPU, "a rate set by a producer has no CPU per item")
 		require.Contains(t, rows["table-defaults"].Note, "of the best tuned per-item row")
@@ -174,17 +179,32 @@ func TestCommand(t *testing.T) {
 	})
 }
 
+// Columns of the bench's table, as strings.Fields splits its rows.
+const (
+	colItems     = 2
+	colTx        = 10
+	colConflicts = 11 // tx retries, failed batches, re-runs, re-run %
+)
+
 // tableRow returns the fields of the row of scenario name in the bench's
 // table.
 func tableRow(t *testing.T, table, name string) []string {
 	t.Helper()
 	for _, line := range strings.Split(table, "\n") {
-		if f := strings.Fields(line); len(f) >= 15 && f[0] == name {
+		if f := strings.Fields(line); len(f) >= 16 && f[0] == name {
 			return f
 		}
 	}
 	require.Fail(t, "no row", "no %s row in:\n%s", name, table)
 	return nil
+}
+
+// requirePositive checks that the table's cell is a positive number.
+func requirePositive(t *testing.T, cell string, msgAndArgs ...any) {
+	t.Helper()
+	v, err := strconv.ParseFloat(cell, 64)
+	require.NoError(t, err, msgAndArgs...)
+	require.Positive(t, v, msgAndArgs...)
 }
 
 // plainSQL reports whether the scenario name runs plain SQL, no bunqueue
