@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -59,6 +60,14 @@ type bench struct {
 	// the child processes.
 	tx *txCounter
 
+	// delays are the --delay values: each is a pass over the scenarios
+	// through a forwarder (empty: one pass, straight to the server).
+	delays []time.Duration
+	// proxy is the forwarder of the pass being run, if any, and delay its
+	// delay as the rows show it; dsn then connects through it.
+	proxy *proxyProc
+	delay string
+
 	// scene counts the lock conflicts of the scenario being run.
 	scene *conflicts
 	// fleetRate is the enqueues per second of each producer of the fleet
@@ -81,15 +90,22 @@ type result struct {
 	P95ms   *float64 `json:"p95_ms,omitempty"`
 	P99ms   *float64 `json:"p99_ms,omitempty"`
 	RSSKiB  int64    `json:"rss_kib"`
+	// Delay is the forwarder's delay each way, with --delay ("0s",
+	// "250µs"); empty when the bench connected straight to the server.
+	Delay string `json:"delay,omitempty"`
 	// ClientCPU and ServerCPU are the CPU time, in microseconds per
 	// item, that the measured window cost this process and (when it runs
-	// on this machine) the database server.
+	// on this machine) the database server; ProxyCPU, with --delay, the
+	// forwarder's process.
 	ClientCPU *float64 `json:"client_cpu_us_per_item,omitempty"`
 	ServerCPU *float64 `json:"server_cpu_us_per_item,omitempty"`
+	ProxyCPU  *float64 `json:"proxy_cpu_us_per_item,omitempty"`
 	// TxPerItem is the transactions the server ended (committed or rolled
 	// back) in the measured window per item, as its counters tell
-	// (docs/bench.md).
-	TxPerItem *float64 `json:"tx_per_item,omitempty"`
+	// (docs/bench.md); RoundTrips, with --delay, the round trips on the
+	// wire per item, as the forwarder counts them.
+	TxPerItem  *float64 `json:"tx_per_item,omitempty"`
+	RoundTrips *float64 `json:"round_trips_per_item,omitempty"`
 	// TxRetries is the transactions the scenario's clients ran again after
 	// a deadlock or a lock wait timeout (bunqueue.transaction.retries),
 	// FailedBatches the batches that failed all the same ("bunqueue: batch
@@ -119,8 +135,11 @@ type report struct {
 	BurstRows  int     `json:"burst_rows"`
 	StartedUTC string  `json:"started_utc"`
 	// TxCounted says what tx_per_item counts, or why no row has it.
-	TxCounted string   `json:"tx_counted"`
-	Results   []result `json:"results"`
+	TxCounted string `json:"tx_counted"`
+	// Proxy is, with --delay, each pass's forwarder: its delay and the
+	// pings measured through it.
+	Proxy   []proxyPass `json:"proxy,omitempty"`
+	Results []result    `json:"results"`
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -138,10 +157,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	noPrepared := fs.Bool("no-prepared", false, "run bunqueue's clients with Config.NoPreparedStatements (every statement in text), to compare")
 	fleetRate := fs.Int("fleet-rate", fleetRateDefault, "enqueues per second of each client's producer in the fleet-* scenarios")
 	fleetBacklog := fs.Int("fleet-backlog", 0, "jobs or rows the fleet-* scenarios start with (default: sized from the ceiling, see docs/bench.md)")
+	delays := fs.String("delay", "", "comma-separated `DELAYS` (0,250us,1ms): run every scenario once per delay, every connection through a\n"+
+		"forwarder that adds that delay each way (0: the forwarder without delay), as for a server on another host;\n"+
+		"the rows then give round trips per item too")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile of the whole run to `FILE` (go tool pprof reads it)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: bunqueue-bench [--quick] [--dsn DSN] [--json] [--duration D] [--only NAMES] [--large N] [--burst N]\n"+
-			"                      [--fleet-rate N] [--fleet-backlog N] [--no-prepared] [--cpuprofile FILE]")
+			"                      [--fleet-rate N] [--fleet-backlog N] [--no-prepared] [--delay DELAYS] [--cpuprofile FILE]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Measures, each for a fixed time, the database's commit ceiling and bunqueue's")
 		fmt.Fprintln(stderr, "throughput and latency, in tables named bench_* and jobs queues named bench_*")
@@ -190,6 +212,14 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	selected, err := selectScenarios(*only)
 	if err != nil {
 		fmt.Fprintf(stderr, "bunqueue-bench: %v\n", err)
+		return exitUsage
+	}
+	if b.delays, err = parseDelays(*delays); err != nil {
+		fmt.Fprintf(stderr, "bunqueue-bench: %v\n", err)
+		return exitUsage
+	}
+	if _, err := b.sql.serverAddr(b.dsn); len(b.delays) > 0 && err != nil {
+		fmt.Fprintf(stderr, "bunqueue-bench: --delay: %v\n", err)
 		return exitUsage
 	}
 
@@ -295,7 +325,8 @@ func scenarioNames() []string {
 	return names
 }
 
-// run checks the server, takes the bench lock and runs the scenarios.
+// run checks the server, takes the bench lock and runs the scenarios:
+// once, or once per --delay through a forwarder.
 func (b *bench) run(ctx context.Context, selected []scenario) (*report, error) {
 	admin, err := b.open(ctx, 4)
 	if err != nil {
@@ -336,10 +367,19 @@ func (b *bench) run(ctx context.Context, selected []scenario) (*report, error) {
 		defer b.tx.close(context.WithoutCancel(ctx))
 	}
 
-	total := time.Duration(len(selected)) * (b.duration + b.warmup + b.tail())
+	passes := max(len(b.delays), 1)
+	total := time.Duration(len(selected)*passes) * (b.duration + b.warmup + b.tail())
 	fmt.Fprintf(b.progress, "bunqueue-bench: %d scenarios, %s measured each after %s of warm-up (about %s plus set-up, fills and bursts), server %s\n",
-		len(selected), b.duration, b.warmup, total.Round(time.Second), rep.Server)
-	return rep, b.runScenarios(ctx, rep, selected)
+		len(selected)*passes, b.duration, b.warmup, total.Round(time.Second), rep.Server)
+	if len(b.delays) == 0 {
+		return rep, b.runScenarios(ctx, rep, selected)
+	}
+	for _, d := range b.delays {
+		if err := b.runDelayed(ctx, rep, selected, d); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
 }
 
 // tail is how long a window's work must go on after its end for the
@@ -362,6 +402,7 @@ func (b *bench) runScenarios(ctx context.Context, rep *report, selected []scenar
 		if err != nil {
 			return err
 		}
+		r.Delay = b.delay
 		b.results[s.name] = r
 		rep.Results = append(rep.Results, r)
 	}
@@ -421,13 +462,17 @@ func (b *bench) runScenario(ctx context.Context, s scenario) (result, error) {
 	return r, nil
 }
 
-// costsProgress is the progress line's account of r's transactions per
-// item, where measured.
+// costsProgress is the progress line's account of r's transactions and
+// round trips per item, where measured.
 func costsProgress(r result) string {
-	if r.TxPerItem == nil {
-		return ""
+	var s string
+	if r.TxPerItem != nil {
+		s += fmt.Sprintf(", %.2f tx/item", *r.TxPerItem)
 	}
-	return fmt.Sprintf(", %.2f tx/item", *r.TxPerItem)
+	if r.RoundTrips != nil {
+		s += fmt.Sprintf(", %.2f round trips/item", *r.RoundTrips)
+	}
+	return s
 }
 
 // conflictsProgress is the progress line's account of r's conflicts, if
@@ -454,7 +499,13 @@ func (b *bench) adjacentCeiling(ctx context.Context, n int) (float64, error) {
 // open returns a *bun.DB with a pool of at most maxConns connections, and
 // checks that the server answers.
 func (b *bench) open(ctx context.Context, maxConns int) (*bun.DB, error) {
-	sqldb, where, err := b.sql.open(b.dsn)
+	return b.openDSN(ctx, b.dsn, maxConns)
+}
+
+// openDSN is open for another DSN of the same server: straight to it, or
+// through a forwarder.
+func (b *bench) openDSN(ctx context.Context, dsn string, maxConns int) (*bun.DB, error) {
+	sqldb, where, err := b.sql.open(dsn)
 	if err != nil {
 		return nil, err
 	}
@@ -562,18 +613,23 @@ func readStatus(field string) int64 {
 }
 
 // printTable prints rep as a table, after its header: the server, the
-// run's settings, and what tx/item counts.
+// run's settings, what tx/item counts, and each forwarder's pings.
 func printTable(w io.Writer, rep *report) {
 	fmt.Fprintf(w, "server %s, %s, %d CPUs, %s measured per scenario after %s warm-up, started %s\n",
 		rep.Server, rep.GoVersion, rep.NumCPU, time.Duration(rep.DurationS*float64(time.Second)),
 		time.Duration(rep.WarmupS*float64(time.Second)), rep.StartedUTC)
-	fmt.Fprintf(w, "tx/item: %s\n\n", rep.TxCounted)
+	fmt.Fprintf(w, "tx/item: %s\n", rep.TxCounted)
+	for _, p := range rep.Proxy {
+		fmt.Fprintf(w, "delay %s each way: %s\n", p.Delay, p.pingNote())
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tconns\titems/s\tceiling/s\t× ceiling\tp50 ms\tp95 ms\tp99 ms\tRSS MiB\tµs cpu client+server\t"+
-		"tx/item\ttx retries\tfailed batches\tre-runs\tre-run %\t  note")
+	fmt.Fprintln(tw, "scenario\tdelay\tconns\titems/s\tceiling/s\t× ceiling\tp50 ms\tp95 ms\tp99 ms\tRSS MiB\tµs cpu client+server(+proxy)\t"+
+		"tx/item\tround trips/item\ttx retries\tfailed batches\tre-runs\tre-run %\t  note")
 	for _, r := range rep.Results {
+		delay := cmp.Or(r.Delay, "-")
 		if r.Skipped {
-			fmt.Fprintf(tw, "%s\t%d%s\t  %s\n", r.Scenario, r.Concurrency, strings.Repeat("\t-", 13), r.Note)
+			fmt.Fprintf(tw, "%s\t%s\t%d%s\t  %s\n", r.Scenario, delay, r.Concurrency, strings.Repeat("\t-", 14), r.Note)
 			continue
 		}
 		var share *float64
@@ -581,21 +637,26 @@ func printTable(w io.Writer, rep *report) {
 			pct := 100 * *r.RerunShare
 			share = &pct
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t  %s\n",
-			r.Scenario, r.Concurrency, r.ItemsPerSec, optFloat(r.Ceiling, "%.0f"), optFloat(r.Ratio, "%.2f"),
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t  %s\n",
+			r.Scenario, delay, r.Concurrency, r.ItemsPerSec, optFloat(r.Ceiling, "%.0f"), optFloat(r.Ratio, "%.2f"),
 			optFloat(r.P50ms, "%.2f"), optFloat(r.P95ms, "%.2f"), optFloat(r.P99ms, "%.2f"),
-			float64(r.RSSKiB)/1024, cpuCell(r), optFloat(r.TxPerItem, "%.3f"),
+			float64(r.RSSKiB)/1024, cpuCell(r), optFloat(r.TxPerItem, "%.3f"), optFloat(r.RoundTrips, "%.2f"),
 			optInt(r.TxRetries), optInt(r.FailedBatches), optInt(r.Reruns), optFloat(share, "%.2f"), r.Note)
 	}
 	_ = tw.Flush()
 }
 
-// cpuCell is r's CPU per item, the client's and the server's, or "-".
+// cpuCell is r's CPU per item: the client's and the server's, and the
+// forwarder's where it ran, or "-".
 func cpuCell(r result) string {
 	if r.ClientCPU == nil {
 		return "-"
 	}
-	return optFloat(r.ClientCPU, "%.0f") + "+" + optFloat(r.ServerCPU, "%.0f")
+	cell := optFloat(r.ClientCPU, "%.0f") + "+" + optFloat(r.ServerCPU, "%.0f")
+	if r.ProxyCPU != nil {
+		cell += "+" + optFloat(r.ProxyCPU, "%.0f")
+	}
+	return cell
 }
 
 // optFloat formats v, or "-" if it is nil.

@@ -63,6 +63,8 @@ func TestBenchPostgres(t *testing.T) {
 	}
 	require.Contains(t, rows["fleet-lock-3x4"].Note, "VACUUM ANALYZE bunqueue_jobs")
 
+	requireDelayRows(t, bin, dsn)
+
 	// It cleaned up after itself: no bench table, and no job of its queues.
 	sqldb, err := sql.Open("pgx", dsn)
 	require.NoError(t, err)
@@ -80,4 +82,31 @@ func TestBenchPostgres(t *testing.T) {
 	var analyzed int
 	require.NoError(t, db.NewRaw("SELECT COALESCE(SUM(analyze_count), 0) FROM pg_stat_user_tables WHERE relname = 'bunqueue_jobs'").Scan(t.Context(), &analyzed))
 	require.Positive(t, analyzed, "the jobs table was never analyzed after a fill")
+}
+
+// requireDelayRows runs ceiling-1 on dsn through the forwarder at 0 and
+// 1 ms each way, and checks the passes' pings and the rows' new columns.
+func requireDelayRows(t *testing.T, bin, dsn string) {
+	t.Helper()
+	rep, _ := runRows(t, bin, "--dsn", dsn, "--duration", "500ms", "--only", "ceiling-1", "--delay", "0,1ms")
+	require.Contains(t, rep.TxCounted, "pg_stat_database")
+	require.Len(t, rep.Proxy, 2)
+	for i, delay := range []string{"0s", "1ms"} {
+		p := rep.Proxy[i]
+		require.Equal(t, delay, p.Delay)
+		require.Equal(t, int64(p.Pings), p.PingRoundTrips, "a round trip per ping")
+		require.Positive(t, p.PingDirectMS)
+		require.GreaterOrEqual(t, p.PingProxyMS, 2*p.DelayMS, "a ping through the forwarder: the delay each way at least")
+		r := rep.Results[i]
+		require.Equal(t, "ceiling-1", r.Scenario)
+		require.Equal(t, delay, r.Delay)
+		require.Positive(t, r.ItemsPerSec)
+		require.NotNil(t, r.TxPerItem, "tx/item at %s", delay)
+		require.Positive(t, *r.TxPerItem, "tx/item at %s", delay)
+		require.NotNil(t, r.RoundTrips, "round trips at %s", delay)
+		require.InDelta(t, 3, *r.RoundTrips, 0.5, "round trips per ceiling item at %s: BEGIN, UPDATE, COMMIT", delay)
+		require.NotNil(t, r.ProxyCPU, "the forwarder's CPU at %s", delay)
+	}
+	require.Len(t, rep.Results, 2)
+	requireNoProcess(t, bin)
 }

@@ -7,24 +7,29 @@ import (
 )
 
 // This file reads, at the two ends of a scenario's measured window, what
-// the window cost per item: the CPU time of this process and of the local
-// server, and the server's transactions.
+// the window cost per item: the CPU time of this process, of the local
+// server and of the forwarder, the round trips on the wire, and the
+// server's transactions.
 
 // meterSample is what the bench read at one end of a window.
 type meterSample struct {
-	cpu cpuSample
-	tx  *txMark // nil without a transaction counter
+	cpu   cpuSample
+	proxy *proxyStats // nil without a forwarder, or if it did not answer
+	tx    *txMark     // nil without a transaction counter
 }
 
 // costs is what a window cost per item; nil where it was not measured.
 type costs struct {
 	client, server *float64 // µs of CPU: this process, the local server's processes
+	proxy          *float64 // µs of CPU of the forwarder's process
+	roundTrips     *float64 // on the wire, through the forwarder
 	tx             *float64 // transactions the server ended
 }
 
 // fill sets r's per-item columns.
 func (c costs) fill(r *result) {
-	r.ClientCPU, r.ServerCPU, r.TxPerItem = c.client, c.server, c.tx
+	r.ClientCPU, r.ServerCPU, r.ProxyCPU = c.client, c.server, c.proxy
+	r.RoundTrips, r.TxPerItem = c.roundTrips, c.tx
 }
 
 // sampleMeters reads the meters now. On PostgreSQL the transaction count
@@ -32,6 +37,14 @@ func (c costs) fill(r *result) {
 // window's work must go on until windowCosts returns.
 func (b *bench) sampleMeters(ctx context.Context) meterSample {
 	s := meterSample{cpu: readCPU()}
+	if b.proxy != nil {
+		ps, err := b.proxy.stats()
+		if err != nil {
+			b.warn("the forwarder's counts: %v", err)
+		} else {
+			s.proxy = &ps
+		}
+	}
 	if b.tx != nil {
 		s.tx = b.tx.mark(ctx)
 	}
@@ -44,6 +57,14 @@ func (b *bench) sampleMeters(ctx context.Context) meterSample {
 func (b *bench) windowCosts(a, z meterSample, items int64) {
 	b.last = costs{}
 	b.last.client, b.last.server = cpuPerItem(a.cpu, z.cpu, items)
+	per := func(d float64) *float64 {
+		v := d / float64(items)
+		return &v
+	}
+	if a.proxy != nil && z.proxy != nil && items > 0 {
+		b.last.roundTrips = per(float64(z.proxy.RoundTrips - a.proxy.RoundTrips))
+		b.last.proxy = per(float64(z.proxy.CPUus - a.proxy.CPUus))
+	}
 	if a.tx == nil || z.tx == nil {
 		return
 	}
@@ -54,8 +75,7 @@ func (b *bench) windowCosts(a, z meterSample, items int64) {
 		return
 	}
 	if items > 0 {
-		tx := (n1 - n0) / float64(items)
-		b.last.tx = &tx
+		b.last.tx = per(n1 - n0)
 	}
 }
 
