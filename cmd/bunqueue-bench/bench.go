@@ -57,8 +57,9 @@ type bench struct {
 	// scenario's, once its ceiling has run.
 	last costs
 	// tx counts the server's transactions, if it can (tx/item); nil in
-	// the child processes.
-	tx *txCounter
+	// the child processes and with noTx (--no-tx).
+	tx   *txCounter
+	noTx bool
 
 	// delays are the --delay values: each is a pass over the scenarios
 	// through a forwarder (empty: one pass, straight to the server).
@@ -160,10 +161,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	delays := fs.String("delay", "", "comma-separated `DELAYS` (0,250us,1ms): run every scenario once per delay, every connection through a\n"+
 		"forwarder that adds that delay each way (0: the forwarder without delay), as for a server on another host;\n"+
 		"the rows then give round trips per item too")
+	noTx := fs.Bool("no-tx", false, "do not count the server's transactions (tx/item): on PostgreSQL that keeps each scenario's work\n"+
+		"going a second after its window, on MySQL and MariaDB it turns InnoDB's trx counters on for the run")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile of the whole run to `FILE` (go tool pprof reads it)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: bunqueue-bench [--quick] [--dsn DSN] [--json] [--duration D] [--only NAMES] [--large N] [--burst N]\n"+
-			"                      [--fleet-rate N] [--fleet-backlog N] [--no-prepared] [--delay DELAYS] [--cpuprofile FILE]")
+			"                      [--fleet-rate N] [--fleet-backlog N] [--no-prepared] [--delay DELAYS] [--no-tx]\n"+
+			"                      [--cpuprofile FILE]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Measures, each for a fixed time, the database's commit ceiling and bunqueue's")
 		fmt.Fprintln(stderr, "throughput and latency, in tables named bench_* and jobs queues named bench_*")
@@ -172,8 +176,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "right before the scenario, since a shared machine's load drifts over a run.")
 		fmt.Fprintln(stderr, "Each row that runs handlers also counts the transactions its clients retried")
 		fmt.Fprintln(stderr, "after a deadlock or lock wait timeout, the batches that failed, and the runs of")
-		fmt.Fprintln(stderr, "a handler for an item that had already run (re-runs), and every row the server's")
-		fmt.Fprintln(stderr, "transactions per item. docs/bench.md has more.")
+		fmt.Fprintln(stderr, "a handler for an item that had already run (re-runs). Each row with a window of")
+		fmt.Fprintln(stderr, "its own gives the server's transactions per item. docs/bench.md has more.")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
@@ -208,7 +212,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		b.duration = *duration
 	}
 	b.warmup = min(time.Second, b.duration/4)
-	b.noPrepared = *noPrepared
+	b.noPrepared, b.noTx = *noPrepared, *noTx
 	selected, err := selectScenarios(*only)
 	if err != nil {
 		fmt.Fprintf(stderr, "bunqueue-bench: %v\n", err)
@@ -359,13 +363,7 @@ func (b *bench) run(ctx context.Context, selected []scenario) (*report, error) {
 	defer func() { _ = unlock() }()
 	// After the lock: the counter may switch the server's counters on,
 	// and off again at the end.
-	if b.tx, err = b.openTxCounter(ctx); err != nil {
-		rep.TxCounted = "not counted: " + err.Error()
-		b.warn("no tx/item: %v", err)
-	} else {
-		rep.TxCounted = b.tx.what
-		defer b.tx.close(context.WithoutCancel(ctx))
-	}
+	defer b.countTx(ctx, rep)()
 
 	passes := max(len(b.delays), 1)
 	total := time.Duration(len(selected)*passes) * (b.duration + b.warmup + b.tail())
@@ -380,6 +378,27 @@ func (b *bench) run(ctx context.Context, selected []scenario) (*report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// countTx opens the run's transaction counter, unless --no-tx, and says
+// in rep what it counts, or why nothing; the function it returns undoes
+// what the counter changed on the server.
+func (b *bench) countTx(ctx context.Context, rep *report) func() {
+	if b.noTx {
+		rep.TxCounted = "not counted: --no-tx"
+		return func() {}
+	}
+	tx, err := b.openTxCounter(ctx)
+	if err != nil {
+		rep.TxCounted = "not counted: " + err.Error()
+		b.warn("no tx/item: %v", err)
+		return func() {}
+	}
+	b.tx, rep.TxCounted = tx, tx.what
+	return func() {
+		tx.close(context.WithoutCancel(ctx))
+		b.tx = nil
+	}
 }
 
 // tail is how long a window's work must go on after its end for the

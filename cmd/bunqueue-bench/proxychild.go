@@ -91,9 +91,8 @@ func serveProxyControl(f *forwarder, in io.Reader, out io.Writer) error {
 
 // proxyProc is the bench's handle on a forwarder's process.
 type proxyProc struct {
-	delay  time.Duration
-	target string // the server's host:port
-	addr   string // the forwarder's, for the clients
+	delay time.Duration
+	addr  string // the forwarder's, for the clients
 
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
@@ -110,7 +109,7 @@ func startProxy(ctx context.Context, target string, delay time.Duration) (*proxy
 	if err != nil {
 		return nil, fmt.Errorf("find this program to run the forwarder: %w", err)
 	}
-	p := &proxyProc{delay: delay, target: target}
+	p := &proxyProc{delay: delay}
 	p.cmd = exec.CommandContext(ctx, exe, childCommand, proxyMode, "--target", target, "--delay", delay.String())
 	p.cmd.Stderr = &p.stderr
 	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
