@@ -153,11 +153,12 @@ func (b *bench) openPGTxCounter(ctx context.Context) (*txCounter, error) {
 	return c, nil
 }
 
-// pingPG opens a pool of one connection to cfg's database and checks that
-// it answers.
+// pingPG opens a pool of two connections to cfg's database, one for each
+// of a window's marks (which overlap when the window is shorter than
+// their spread), and checks that it answers.
 func pingPG(ctx context.Context, cfg *pgx.ConnConfig) (*bun.DB, error) {
 	sqldb := stdlib.OpenDB(*cfg)
-	sqldb.SetMaxOpenConns(1)
+	sqldb.SetMaxOpenConns(2)
 	pingCtx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
 	if err := sqldb.PingContext(pingCtx); err != nil {
