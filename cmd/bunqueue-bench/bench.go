@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -54,9 +55,21 @@ type bench struct {
 	ceiling map[int]float64   // commit ceiling by concurrency, once measured
 	results map[string]result // the scenarios run so far, by name
 
-	// lastCPU is the CPU per item of the last window measured: the
+	// last is what an item cost in the last window measured: the
 	// scenario's, once its ceiling has run.
-	lastCPU struct{ client, server *float64 }
+	last costs
+	// tx counts the server's transactions, if it can (tx/item); nil in
+	// the child processes and with noTx (--no-tx).
+	tx   *txCounter
+	noTx bool
+
+	// delays are the --delay values: each is a pass over the scenarios
+	// through a forwarder (empty: one pass, straight to the server).
+	delays []time.Duration
+	// proxy is the forwarder of the pass being run, if any, and delay its
+	// delay as the rows show it; dsn then connects through it.
+	proxy *proxyProc
+	delay string
 
 	// scene counts the lock conflicts of the scenario being run.
 	scene *conflicts
@@ -80,11 +93,22 @@ type result struct {
 	P95ms   *float64 `json:"p95_ms,omitempty"`
 	P99ms   *float64 `json:"p99_ms,omitempty"`
 	RSSKiB  int64    `json:"rss_kib"`
+	// Delay is the forwarder's delay each way, with --delay ("0s",
+	// "250µs"); empty when the bench connected straight to the server.
+	Delay string `json:"delay,omitempty"`
 	// ClientCPU and ServerCPU are the CPU time, in microseconds per
 	// item, that the measured window cost this process and (when it runs
-	// on this machine) the database server.
+	// on this machine) the database server; ProxyCPU, with --delay, the
+	// forwarder's process.
 	ClientCPU *float64 `json:"client_cpu_us_per_item,omitempty"`
 	ServerCPU *float64 `json:"server_cpu_us_per_item,omitempty"`
+	ProxyCPU  *float64 `json:"proxy_cpu_us_per_item,omitempty"`
+	// TxPerItem is the transactions the server ended (committed or rolled
+	// back) in the measured window per item, as its counters tell
+	// (docs/bench.md); RoundTrips, with --delay, the round trips on the
+	// wire per item, as the forwarder counts them.
+	TxPerItem  *float64 `json:"tx_per_item,omitempty"`
+	RoundTrips *float64 `json:"round_trips_per_item,omitempty"`
 	// TxRetries is the transactions the scenario's clients ran again after
 	// a deadlock or a lock wait timeout (bunqueue.transaction.retries),
 	// FailedBatches the batches that failed all the same ("bunqueue: batch
@@ -108,16 +132,21 @@ type result struct {
 
 // report is what --json prints.
 type report struct {
-	Server     string   `json:"server"`
-	GoVersion  string   `json:"go_version"`
-	NumCPU     int      `json:"num_cpu"`
-	DurationS  float64  `json:"duration_s"`
-	WarmupS    float64  `json:"warmup_s"`
-	LargeRows  int      `json:"large_rows"`
-	BurstRows  int      `json:"burst_rows"`
-	BurnJobs   int      `json:"burn_jobs"`
-	StartedUTC string   `json:"started_utc"`
-	Results    []result `json:"results"`
+	Server     string  `json:"server"`
+	GoVersion  string  `json:"go_version"`
+	NumCPU     int     `json:"num_cpu"`
+	DurationS  float64 `json:"duration_s"`
+	WarmupS    float64 `json:"warmup_s"`
+	LargeRows  int     `json:"large_rows"`
+	BurstRows  int     `json:"burst_rows"`
+	BurnJobs   int     `json:"burn_jobs"`
+	StartedUTC string  `json:"started_utc"`
+	// TxCounted says what tx_per_item counts, or why no row has it.
+	TxCounted string `json:"tx_counted"`
+	// Proxy is, with --delay, each pass's forwarder: its delay and the
+	// pings measured through it.
+	Proxy   []proxyPass `json:"proxy,omitempty"`
+	Results []result    `json:"results"`
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -136,10 +165,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	noPrepared := fs.Bool("no-prepared", false, "run bunqueue's clients with Config.NoPreparedStatements (every statement in text), to compare")
 	fleetRate := fs.Int("fleet-rate", fleetRateDefault, "enqueues per second of each client's producer in the fleet-* scenarios")
 	fleetBacklog := fs.Int("fleet-backlog", 0, "jobs or rows the fleet-* scenarios start with (default: sized from the ceiling, see docs/bench.md)")
+	delays := fs.String("delay", "", "comma-separated `DELAYS` (0,250us,1ms): run every scenario once per delay, every connection through a\n"+
+		"forwarder that adds that delay each way (0: the forwarder without delay), as for a server on another host;\n"+
+		"the rows then give round trips per item too")
+	noTx := fs.Bool("no-tx", false, "do not count the server's transactions (tx/item): on PostgreSQL that keeps each scenario's work\n"+
+		"going a second after its window, on MySQL and MariaDB it turns InnoDB's trx counters on for the run")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile of the whole run to `FILE` (go tool pprof reads it)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: bunqueue-bench [--quick] [--dsn DSN] [--json] [--duration D] [--only NAMES] [--large N] [--burst N] [--burn N]\n"+
-			"                      [--fleet-rate N] [--fleet-backlog N] [--no-prepared] [--cpuprofile FILE]")
+			"                      [--fleet-rate N] [--fleet-backlog N] [--no-prepared] [--delay DELAYS] [--no-tx]\n"+
+			"                      [--cpuprofile FILE]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Measures, each for a fixed time, the database's commit ceiling and bunqueue's")
 		fmt.Fprintln(stderr, "throughput and latency, in tables named bench_* and jobs queues named bench_*")
@@ -148,7 +183,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "right before the scenario, since a shared machine's load drifts over a run.")
 		fmt.Fprintln(stderr, "Each row that runs handlers also counts the transactions its clients retried")
 		fmt.Fprintln(stderr, "after a deadlock or lock wait timeout, the batches that failed, and the runs of")
-		fmt.Fprintln(stderr, "a handler for an item that had already run (re-runs). docs/bench.md has more.")
+		fmt.Fprintln(stderr, "a handler for an item that had already run (re-runs). Each row with a window of")
+		fmt.Fprintln(stderr, "its own gives the server's transactions per item. docs/bench.md has more.")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
@@ -188,10 +224,18 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		b.duration = *duration
 	}
 	b.warmup = min(time.Second, b.duration/4)
-	b.noPrepared = *noPrepared
+	b.noPrepared, b.noTx = *noPrepared, *noTx
 	selected, err := selectScenarios(*only)
 	if err != nil {
 		fmt.Fprintf(stderr, "bunqueue-bench: %v\n", err)
+		return exitUsage
+	}
+	if b.delays, err = parseDelays(*delays); err != nil {
+		fmt.Fprintf(stderr, "bunqueue-bench: %v\n", err)
+		return exitUsage
+	}
+	if _, err := b.sql.serverAddr(b.dsn); len(b.delays) > 0 && err != nil {
+		fmt.Fprintf(stderr, "bunqueue-bench: --delay: %v\n", err)
 		return exitUsage
 	}
 
@@ -297,7 +341,8 @@ func scenarioNames() []string {
 	return names
 }
 
-// run checks the server, takes the bench lock and runs the scenarios.
+// run checks the server, takes the bench lock and runs the scenarios:
+// once, or once per --delay through a forwarder.
 func (b *bench) run(ctx context.Context, selected []scenario) (*report, error) {
 	admin, err := b.open(ctx, 4)
 	if err != nil {
@@ -329,69 +374,138 @@ func (b *bench) run(ctx context.Context, selected []scenario) (*report, error) {
 		return nil, fmt.Errorf("%w: is another bunqueue-bench running against this database? wait for it to finish", err)
 	}
 	defer func() { _ = unlock() }()
+	// After the lock: the counter may switch the server's counters on,
+	// and off again at the end.
+	defer b.countTx(ctx, rep)()
 
-	total := time.Duration(len(selected)) * (b.duration + b.warmup)
+	passes := max(len(b.delays), 1)
+	total := time.Duration(len(selected)*passes) * (b.duration + b.warmup + b.tail())
 	fmt.Fprintf(b.progress, "bunqueue-bench: %d scenarios, %s measured each after %s of warm-up (about %s plus set-up, fills and bursts), server %s\n",
-		len(selected), b.duration, b.warmup, total.Round(time.Second), rep.Server)
-	for _, s := range selected {
-		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("interrupted: %w", err)
+		len(selected)*passes, b.duration, b.warmup, total.Round(time.Second), rep.Server)
+	if len(b.delays) == 0 {
+		return rep, b.runScenarios(ctx, rep, selected)
+	}
+	for _, d := range b.delays {
+		if err := b.runDelayed(ctx, rep, selected, d); err != nil {
+			return nil, err
 		}
-		fmt.Fprintf(b.progress, "  %-18s %s … ", s.name, s.desc)
-		if s.skip != nil {
-			if why := s.skip(b); why != "" {
-				fmt.Fprintf(b.progress, "skipped: %s\n", why)
-				r := result{Scenario: s.name, Concurrency: s.concurrency, Skipped: true, Note: "skipped: " + why}
-				b.results[s.name] = r
-				rep.Results = append(rep.Results, r)
-				continue
-			}
-		}
-		began := time.Now()
-		var ceiling float64
-		if !s.ceiling && !s.noRatio {
-			// The machine's load drifts over a run: the ratio is to the
-			// ceiling measured right before the scenario.
-			c, err := b.adjacentCeiling(ctx, s.ratioConcurrency())
-			if err != nil {
-				fmt.Fprintln(b.progress, "failed")
-				return nil, fmt.Errorf("scenario %s: the ceiling before it: %w", s.name, err)
-			}
-			ceiling = c
-		}
-		b.lastCPU.client, b.lastCPU.server = nil, nil
-		b.scene = &conflicts{}
-		r, err := s.run(ctx, b)
-		if ferr := b.scene.fill(ctx, &r); err == nil {
-			err = ferr
-		}
-		if err != nil {
-			fmt.Fprintln(b.progress, "failed")
-			return nil, fmt.Errorf("scenario %s: %w", s.name, err)
-		}
-		r.Scenario = s.name
-		if r.ClientCPU == nil && !s.noRatio {
-			r.ClientCPU, r.ServerCPU = b.lastCPU.client, b.lastCPU.server
-		}
-		if r.Concurrency == 0 {
-			r.Concurrency = s.concurrency
-		}
-		if s.ceiling {
-			b.ceiling[s.concurrency] = r.ItemsPerSec
-		}
-		if ceiling > 0 {
-			ratio := r.ItemsPerSec / ceiling
-			r.Ratio, r.Ceiling = &ratio, &ceiling
-		} else if s.ceiling {
-			ratio := 1.0
-			r.Ratio = &ratio
-		}
-		b.results[s.name] = r
-		fmt.Fprintf(b.progress, "%.0f items/s%s (%s)\n", r.ItemsPerSec, conflictsProgress(r), time.Since(began).Round(100*time.Millisecond))
-		rep.Results = append(rep.Results, r)
 	}
 	b.compareWithRiver(selected, rep)
 	return rep, nil
+}
+
+// countTx opens the run's transaction counter, unless --no-tx, and says
+// in rep what it counts, or why nothing; the function it returns undoes
+// what the counter changed on the server.
+func (b *bench) countTx(ctx context.Context, rep *report) func() {
+	if b.noTx {
+		rep.TxCounted = "not counted: --no-tx"
+		return func() {}
+	}
+	tx, err := b.openTxCounter(ctx)
+	if err != nil {
+		rep.TxCounted = "not counted: " + err.Error()
+		b.warn("no tx/item: %v", err)
+		return func() {}
+	}
+	b.tx, rep.TxCounted = tx, tx.what
+	return func() {
+		tx.close(context.WithoutCancel(ctx))
+		b.tx = nil
+	}
+}
+
+// tail is how long a window's work must go on after its end for the
+// transaction count to be read (on PostgreSQL, see txCounter.spread).
+func (b *bench) tail() time.Duration {
+	if b.tx == nil {
+		return 0
+	}
+	return b.tx.spread
+}
+
+// runScenarios runs the selected scenarios, each after the ceiling it is
+// compared with, and adds their rows to rep.
+func (b *bench) runScenarios(ctx context.Context, rep *report, selected []scenario) error {
+	for _, s := range selected {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("interrupted: %w", err)
+		}
+		r, err := b.runScenario(ctx, s)
+		if err != nil {
+			return err
+		}
+		r.Delay = b.delay
+		b.results[s.name] = r
+		rep.Results = append(rep.Results, r)
+	}
+	return nil
+}
+
+// runScenario runs s, after the ceiling it is compared with, and returns
+// its row.
+func (b *bench) runScenario(ctx context.Context, s scenario) (result, error) {
+	fmt.Fprintf(b.progress, "  %-18s %s … ", s.name, s.desc)
+	if s.skip != nil {
+		if why := s.skip(b); why != "" {
+			fmt.Fprintf(b.progress, "skipped: %s\n", why)
+			return result{Scenario: s.name, Concurrency: s.concurrency, Skipped: true, Note: "skipped: " + why}, nil
+		}
+	}
+	began := time.Now()
+	var ceiling float64
+	if !s.ceiling && !s.noRatio {
+		// The machine's load drifts over a run: the ratio is to the
+		// ceiling measured right before the scenario.
+		c, err := b.adjacentCeiling(ctx, s.ratioConcurrency())
+		if err != nil {
+			fmt.Fprintln(b.progress, "failed")
+			return result{}, fmt.Errorf("scenario %s: the ceiling before it: %w", s.name, err)
+		}
+		ceiling = c
+	}
+	b.last = costs{}
+	b.scene = &conflicts{}
+	r, err := s.run(ctx, b)
+	if ferr := b.scene.fill(ctx, &r); err == nil {
+		err = ferr
+	}
+	if err != nil {
+		fmt.Fprintln(b.progress, "failed")
+		return result{}, fmt.Errorf("scenario %s: %w", s.name, err)
+	}
+	r.Scenario = s.name
+	if r.ClientCPU == nil && !s.noRatio {
+		b.last.fill(&r)
+	}
+	if r.Concurrency == 0 {
+		r.Concurrency = s.concurrency
+	}
+	if s.ceiling {
+		b.ceiling[s.concurrency] = r.ItemsPerSec
+	}
+	if ceiling > 0 {
+		ratio := r.ItemsPerSec / ceiling
+		r.Ratio, r.Ceiling = &ratio, &ceiling
+	} else if s.ceiling {
+		ratio := 1.0
+		r.Ratio = &ratio
+	}
+	fmt.Fprintf(b.progress, "%.0f items/s%s%s (%s)\n", r.ItemsPerSec, costsProgress(r), conflictsProgress(r), time.Since(began).Round(100*time.Millisecond))
+	return r, nil
+}
+
+// costsProgress is the progress line's account of r's transactions and
+// round trips per item, where measured.
+func costsProgress(r result) string {
+	var s string
+	if r.TxPerItem != nil {
+		s += fmt.Sprintf(", %.2f tx/item", *r.TxPerItem)
+	}
+	if r.RoundTrips != nil {
+		s += fmt.Sprintf(", %.2f round trips/item", *r.RoundTrips)
+	}
+	return s
 }
 
 // conflictsProgress is the progress line's account of r's conflicts, if
@@ -404,10 +518,12 @@ func conflictsProgress(r result) string {
 }
 
 // adjacentCeiling measures the commit ceiling at concurrency n in a
-// short window (a fifth of the scenarios', at least a second).
+// short window (a fifth of the scenarios', at least a second), without
+// counting its transactions, which no row reports.
 func (b *bench) adjacentCeiling(ctx context.Context, n int) (float64, error) {
-	duration, warmup := b.duration, b.warmup
-	defer func() { b.duration, b.warmup = duration, warmup }()
+	duration, warmup, tx := b.duration, b.warmup, b.tx
+	defer func() { b.duration, b.warmup, b.tx = duration, warmup, tx }()
+	b.tx = nil
 	b.duration, b.warmup = max(duration/5, time.Second), min(warmup, 250*time.Millisecond)
 	r, err := b.commitCeiling(ctx, n)
 	return r.ItemsPerSec, err
@@ -416,7 +532,13 @@ func (b *bench) adjacentCeiling(ctx context.Context, n int) (float64, error) {
 // open returns a *bun.DB with a pool of at most maxConns connections, and
 // checks that the server answers.
 func (b *bench) open(ctx context.Context, maxConns int) (*bun.DB, error) {
-	sqldb, where, err := b.sql.open(b.dsn)
+	return b.openDSN(ctx, b.dsn, maxConns)
+}
+
+// openDSN is open for another DSN of the same server: straight to it, or
+// through a forwarder.
+func (b *bench) openDSN(ctx context.Context, dsn string, maxConns int) (*bun.DB, error) {
+	sqldb, where, err := b.sql.open(dsn)
 	if err != nil {
 		return nil, err
 	}
@@ -443,24 +565,28 @@ type window struct {
 }
 
 // measure waits for the warm-up, then counts what done gains during the
-// measured window.
+// measured window, and what its items cost (b.last); the work must go on
+// until it returns, which is b.tail() after the window.
 func (b *bench) measure(ctx context.Context, done *atomic.Int64) (window, error) {
 	if err := sleep(ctx, b.warmup); err != nil {
 		return window{}, err
 	}
-	c0, t0, cpu0 := done.Load(), time.Now(), readCPU()
+	c0, t0 := done.Load(), time.Now()
+	m0 := b.sampleMeters(ctx)
 	if err := sleep(ctx, b.duration); err != nil {
 		return window{}, err
 	}
-	c1, t1, cpu1 := done.Load(), time.Now(), readCPU()
-	b.lastCPU.client, b.lastCPU.server = cpuPerItem(cpu0, cpu1, c1-c0)
-	return window{rate: float64(c1-c0) / t1.Sub(t0).Seconds(), end: c1, rssKiB: readRSS()}, nil
+	c1, t1 := done.Load(), time.Now()
+	w := window{rate: float64(c1-c0) / t1.Sub(t0).Seconds(), end: c1, rssKiB: readRSS()}
+	b.windowCosts(m0, b.sampleMeters(ctx), c1-c0)
+	return w, nil
 }
 
 // measureNow measures like measure but without a warm-up, and also the
 // rate of the first second.
 func (b *bench) measureNow(ctx context.Context, done *atomic.Int64) (window, error) {
-	c0, t0, cpu0 := done.Load(), time.Now(), readCPU()
+	c0, t0 := done.Load(), time.Now()
+	m0 := b.sampleMeters(ctx)
 	firstLen := min(time.Second, b.duration)
 	if err := sleep(ctx, firstLen); err != nil {
 		return window{}, err
@@ -469,14 +595,15 @@ func (b *bench) measureNow(ctx context.Context, done *atomic.Int64) (window, err
 	if err := sleep(ctx, b.duration-firstLen); err != nil {
 		return window{}, err
 	}
-	c2, t2, cpu2 := done.Load(), time.Now(), readCPU()
-	b.lastCPU.client, b.lastCPU.server = cpuPerItem(cpu0, cpu2, c2-c0)
-	return window{
+	c2, t2 := done.Load(), time.Now()
+	w := window{
 		rate:   float64(c2-c0) / t2.Sub(t0).Seconds(),
 		first:  float64(c1-c0) / t1.Sub(t0).Seconds(),
 		end:    c2,
 		rssKiB: readRSS(),
-	}, nil
+	}
+	b.windowCosts(m0, b.sampleMeters(ctx), c2-c0)
+	return w, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -518,33 +645,51 @@ func readStatus(field string) int64 {
 	return 0
 }
 
+// printTable prints rep as a table, after its header: the server, the
+// run's settings, what tx/item counts, and each forwarder's pings.
 func printTable(w io.Writer, rep *report) {
-	fmt.Fprintf(w, "server %s, %s, %d CPUs, %s measured per scenario after %s warm-up, started %s\n\n",
+	fmt.Fprintf(w, "server %s, %s, %d CPUs, %s measured per scenario after %s warm-up, started %s\n",
 		rep.Server, rep.GoVersion, rep.NumCPU, time.Duration(rep.DurationS*float64(time.Second)),
 		time.Duration(rep.WarmupS*float64(time.Second)), rep.StartedUTC)
+	fmt.Fprintf(w, "tx/item: %s\n", rep.TxCounted)
+	for _, p := range rep.Proxy {
+		fmt.Fprintf(w, "delay %s each way: %s\n", p.Delay, p.pingNote())
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tconns\titems/s\tceiling/s\t× ceiling\tp50 ms\tp95 ms\tp99 ms\tRSS MiB\tµs cpu client+server\t"+
-		"tx retries\tfailed batches\tre-runs\tre-run %\t× River\t  note")
+	fmt.Fprintln(tw, "scenario\tdelay\tconns\titems/s\tceiling/s\t× ceiling\tp50 ms\tp95 ms\tp99 ms\tRSS MiB\tµs cpu client+server(+proxy)\t"+
+		"tx/item\tround trips/item\ttx retries\tfailed batches\tre-runs\tre-run %\t× River\t  note")
 	for _, r := range rep.Results {
+		delay := cmp.Or(r.Delay, "-")
 		if r.Skipped {
-			fmt.Fprintf(tw, "%s\t%d%s\t  %s\n", r.Scenario, r.Concurrency, strings.Repeat("\t-", 13), r.Note)
+			fmt.Fprintf(tw, "%s\t%s\t%d%s\t  %s\n", r.Scenario, delay, r.Concurrency, strings.Repeat("\t-", 15), r.Note)
 			continue
-		}
-		cpu := optFloat(r.ClientCPU, "%.0f")
-		if r.ClientCPU != nil {
-			cpu += "+" + optFloat(r.ServerCPU, "%.0f")
 		}
 		var share *float64
 		if r.RerunShare != nil {
 			pct := 100 * *r.RerunShare
 			share = &pct
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t  %s\n",
-			r.Scenario, r.Concurrency, r.ItemsPerSec, optFloat(r.Ceiling, "%.0f"), optFloat(r.Ratio, "%.2f"),
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t  %s\n",
+			r.Scenario, delay, r.Concurrency, r.ItemsPerSec, optFloat(r.Ceiling, "%.0f"), optFloat(r.Ratio, "%.2f"),
 			optFloat(r.P50ms, "%.2f"), optFloat(r.P95ms, "%.2f"), optFloat(r.P99ms, "%.2f"),
-			float64(r.RSSKiB)/1024, cpu, optInt(r.TxRetries), optInt(r.FailedBatches), optInt(r.Reruns), optFloat(share, "%.2f"), optFloat(r.RatioToRiver, "%.2f"), r.Note)
+			float64(r.RSSKiB)/1024, cpuCell(r), optFloat(r.TxPerItem, "%.3f"), optFloat(r.RoundTrips, "%.2f"),
+			optInt(r.TxRetries), optInt(r.FailedBatches), optInt(r.Reruns), optFloat(share, "%.2f"), optFloat(r.RatioToRiver, "%.2f"), r.Note)
 	}
 	_ = tw.Flush()
+}
+
+// cpuCell is r's CPU per item: the client's and the server's, and the
+// forwarder's where it ran, or "-".
+func cpuCell(r result) string {
+	if r.ClientCPU == nil {
+		return "-"
+	}
+	cell := optFloat(r.ClientCPU, "%.0f") + "+" + optFloat(r.ServerCPU, "%.0f")
+	if r.ProxyCPU != nil {
+		cell += "+" + optFloat(r.ProxyCPU, "%.0f")
+	}
+	return cell
 }
 
 // optFloat formats v, or "-" if it is nil.

@@ -52,7 +52,7 @@ func TestBenchLock(t *testing.T) {
 
 			run := func() (string, int) {
 				var stdout, stderr bytes.Buffer
-				code := runBench(t.Context(), []string{"--dsn", dsn, "--duration", "100ms", "--only", "ceiling-1"}, &stdout, &stderr)
+				code := runBench(t.Context(), []string{"--dsn", dsn, "--duration", "100ms", "--only", "ceiling-1", "--no-tx"}, &stdout, &stderr)
 				return stderr.String(), code
 			}
 			wait := benchLockWait

@@ -33,7 +33,9 @@ func TestBenchPostgres(t *testing.T) {
 	// Half a second: in 200 ms (50 ms of warm-up) a CI run, loaded by the
 	// other packages' tests, once saw no transaction of 50 DELETEs commit
 	// (write-only-jobs-b50 at 0 items/s).
-	stdout, stderr, code := runBinary(t, bin, "--dsn", dsn, "--json", "--duration", "500ms",
+	// --no-tx: counting PostgreSQL's transactions keeps each window's
+	// work going a second more; requireDelayRows counts them.
+	stdout, stderr, code := runBinary(t, bin, "--dsn", dsn, "--json", "--duration", "500ms", "--no-tx",
 		"--large", "5000", "--burst", "1000", "--fleet-backlog", "300", "--only", strings.Join(only, ","))
 	require.Equal(t, exitOK, code, "stderr: %s", stderr)
 	var rep report
@@ -49,6 +51,8 @@ func TestBenchPostgres(t *testing.T) {
 		require.Positive(t, r.ItemsPerSec, "%s: no items/s", name)
 	}
 	require.Len(t, rows, len(only)+2, "no other row")
+	require.Equal(t, "not counted: --no-tx", rep.TxCounted)
+	require.Nil(t, rows["ceiling-16"].TxPerItem, "--no-tx")
 	require.NotNil(t, rows["seed-baseline"].Ratio, "seed-baseline: no ratio to the ceiling measured on PostgreSQL")
 	require.Contains(t, rows["backlog-1m"].Note, "of table-b1")
 	require.Contains(t, rows["post-burst-table"].Note, "n_dead_tup")
@@ -62,6 +66,8 @@ func TestBenchPostgres(t *testing.T) {
 		requireFleetHandledAll(t, rows[name], 300)
 	}
 	require.Contains(t, rows["fleet-lock-3x4"].Note, "VACUUM ANALYZE bunqueue_jobs")
+
+	requireDelayRows(t, bin, dsn)
 
 	// It cleaned up after itself: no bench table, and no job of its queues.
 	sqldb, err := sql.Open("pgx", dsn)
@@ -80,4 +86,31 @@ func TestBenchPostgres(t *testing.T) {
 	var analyzed int
 	require.NoError(t, db.NewRaw("SELECT COALESCE(SUM(analyze_count), 0) FROM pg_stat_user_tables WHERE relname = 'bunqueue_jobs'").Scan(t.Context(), &analyzed))
 	require.Positive(t, analyzed, "the jobs table was never analyzed after a fill")
+}
+
+// requireDelayRows runs ceiling-1 on dsn through the forwarder at 0 and
+// 1 ms each way, and checks the passes' pings and the rows' new columns.
+func requireDelayRows(t *testing.T, bin, dsn string) {
+	t.Helper()
+	rep, _ := runRows(t, bin, "--dsn", dsn, "--duration", "500ms", "--only", "ceiling-1", "--delay", "0,1ms")
+	require.Contains(t, rep.TxCounted, "pg_stat_database")
+	require.Len(t, rep.Proxy, 2)
+	for i, delay := range []string{"0s", "1ms"} {
+		p := rep.Proxy[i]
+		require.Equal(t, delay, p.Delay)
+		require.Equal(t, int64(p.Pings), p.PingRoundTrips, "a round trip per ping")
+		require.Positive(t, p.PingDirectMS)
+		require.GreaterOrEqual(t, p.PingProxyMS, 2*p.DelayMS, "a ping through the forwarder: the delay each way at least")
+		r := rep.Results[i]
+		require.Equal(t, "ceiling-1", r.Scenario)
+		require.Equal(t, delay, r.Delay)
+		require.Positive(t, r.ItemsPerSec)
+		require.NotNil(t, r.TxPerItem, "tx/item at %s", delay)
+		require.Positive(t, *r.TxPerItem, "tx/item at %s", delay)
+		require.NotNil(t, r.RoundTrips, "round trips at %s", delay)
+		require.InDelta(t, 3, *r.RoundTrips, 0.5, "round trips per ceiling item at %s: BEGIN, UPDATE, COMMIT", delay)
+		require.NotNil(t, r.ProxyCPU, "the forwarder's CPU at %s", delay)
+	}
+	require.Len(t, rep.Results, 2)
+	requireNoProcess(t, bin)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -39,6 +40,12 @@ type benchSQL interface {
 	// open opens, without connecting, the server of dsn, and says where it
 	// is, for messages.
 	open(dsn string) (sqldb *sql.DB, where string, err error)
+	// serverAddr returns the host:port dsn connects to, for the
+	// forwarder, or an error if it connects otherwise (a Unix socket).
+	serverAddr(dsn string) (string, error)
+	// withAddr returns dsn with addr (host:port) in place of the server's
+	// address: the forwarder's.
+	withAddr(dsn, addr string) (string, error)
 	// bunDialect is bun's dialect of the server, made once it answers.
 	bunDialect() schema.Dialect
 	// version is a query of the server's name and version.
@@ -100,6 +107,26 @@ func (mysqlBench) open(dsn string) (*sql.DB, string, error) {
 	}
 	sqldb, err := sql.Open("mysql", dsn)
 	return sqldb, fmt.Sprintf("the database %s at %s as %s", cfg.DBName, cfg.Addr, cfg.User), err
+}
+
+func (mysqlBench) serverAddr(dsn string) (string, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return "", fmt.Errorf("the DSN is not valid: %w", err)
+	}
+	if cfg.Net != "tcp" {
+		return "", fmt.Errorf("the DSN connects over %q, not tcp: the forwarder needs a host and port", cfg.Net)
+	}
+	return cfg.Addr, nil
+}
+
+func (mysqlBench) withAddr(dsn, addr string) (string, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return "", fmt.Errorf("the DSN is not valid: %w", err)
+	}
+	cfg.Net, cfg.Addr = "tcp", addr
+	return cfg.FormatDSN(), nil
 }
 
 // bunDialect implements benchSQL: mysqldialect.New logs its own complaint
@@ -184,6 +211,50 @@ func (postgresBench) open(dsn string) (*sql.DB, string, error) {
 		where = fmt.Sprintf("the PostgreSQL database %q at %s (port %d) as %q", name, cfg.Host, cfg.Port, cfg.User)
 	}
 	return stdlib.OpenDB(*cfg), where, nil
+}
+
+// serverAddr implements benchSQL: the URL's host and port (5432 if it
+// gives none). A host or port in the query (host=, port=), several hosts,
+// or none, are refused: the forwarder stands for one TCP server.
+func (postgresBench) serverAddr(dsn string) (string, error) {
+	u, err := pgURL(dsn)
+	if err != nil {
+		return "", err
+	}
+	port := u.Port()
+	if port == "" {
+		port = "5432"
+	}
+	return net.JoinHostPort(u.Hostname(), port), nil
+}
+
+func (postgresBench) withAddr(dsn, addr string) (string, error) {
+	u, err := pgURL(dsn)
+	if err != nil {
+		return "", err
+	}
+	u.Host = addr
+	return u.String(), nil
+}
+
+// pgURL parses a PostgreSQL URL that names one server by host (and port)
+// in its authority.
+func pgURL(dsn string) (*url.URL, error) {
+	u, err := url.Parse(dsn)
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		err = ue.Err // not its URL, which may hold a password
+	}
+	if err != nil {
+		return nil, fmt.Errorf("the DSN is not a valid URL: %w", err)
+	}
+	q := u.Query()
+	switch {
+	case q.Has("host") || q.Has("port"):
+		return nil, errors.New("the URL gives its host or port as a parameter: give them as postgres://user@host:port/db for the forwarder")
+	case u.Hostname() == "" || strings.Contains(u.Host, ","):
+		return nil, fmt.Errorf("the URL names no host, or several: the forwarder needs one host and port, as in %s", examplePGDSN)
+	}
+	return u, nil
 }
 
 func (postgresBench) bunDialect() schema.Dialect { return pgdialect.New() }

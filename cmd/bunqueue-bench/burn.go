@@ -76,7 +76,7 @@ func (b *bench) groupCeiling(ctx context.Context, after bool) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	r.ClientCPU, r.ServerCPU = b.lastCPU.client, b.lastCPU.server
+	b.last.fill(&r)
 	if !after {
 		r.Note = "right before the burn-downs; " + r.Note
 		return r, nil
@@ -97,6 +97,11 @@ type burnRun struct {
 	// left counts, in the database, the run's jobs not yet completed
 	// (waiting, running, or run but not yet committed as done).
 	left func(ctx context.Context) (int64, error)
+	// drop closes the idle connections of the client's pool: PostgreSQL
+	// publishes an idle session's counts of transactions only when it
+	// ends (or some ten seconds later), so the burn-down's count is read
+	// once its sessions, and those that inserted its jobs, have ended.
+	drop func()
 }
 
 // burnStats is what a burn-down took.
@@ -133,24 +138,66 @@ func (b *bench) burnLimit() time.Duration {
 }
 
 // burn starts run's client, waits until none of its jobs is left, and
-// stops the client. The time, and the CPU per job (b.lastCPU), go from
-// Start until none was left; stopping is not timed.
+// stops the client. The time, the CPU and the round trips per job
+// (b.last) go from Start until none was left; the transactions per job
+// from before Start until the client stopped (stopping commits none).
 func (b *bench) burn(ctx context.Context, run burnRun) (burnStats, error) {
-	cpu0 := readCPU()
+	run.drop()
+	a := meterSample{cpu: readCPU(), proxy: b.proxyStats(), tx: b.settledTx(ctx)}
 	began := time.Now()
 	if err := run.start(ctx); err != nil {
 		return burnStats{}, fmt.Errorf("start the client: %w", err)
 	}
 	st, err := b.waitBurnt(ctx, run, began)
-	cpu1 := readCPU()
-	b.lastCPU.client, b.lastCPU.server = cpuPerItem(cpu0, cpu1, st.completed)
+	z := meterSample{cpu: readCPU(), proxy: b.proxyStats()}
 	st.rssKiB = readRSS()
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if serr := run.stop(stopCtx); err == nil && serr != nil {
 		err = fmt.Errorf("stop the client: %w", serr)
 	}
+	run.drop()
+	z.tx = b.settledTx(ctx)
+	b.windowCosts(a, z, st.completed)
 	return st, err
+}
+
+// proxyStats reads the forwarder's counts, if there is one.
+func (b *bench) proxyStats() *proxyStats {
+	if b.proxy == nil {
+		return nil
+	}
+	ps, err := b.proxy.stats()
+	if err != nil {
+		b.warn("the forwarder's counts: %v", err)
+		return nil
+	}
+	return &ps
+}
+
+// settledTx reads the server's count of transactions once it has
+// settled: two reads 100 ms apart that agree (for at most 3 s), so that
+// the sessions that just ended have published theirs. nil without a
+// counter.
+func (b *bench) settledTx(ctx context.Context) *txMark {
+	if b.tx == nil {
+		return nil
+	}
+	m := &txMark{done: make(chan struct{})}
+	defer close(m.done)
+	last, err := b.tx.read(ctx)
+	for deadline := time.Now().Add(3 * time.Second); err == nil && time.Now().Before(deadline); {
+		if err = sleep(ctx, 100*time.Millisecond); err != nil {
+			break
+		}
+		var n int64
+		if n, err = b.tx.read(ctx); err == nil && n == last {
+			break
+		}
+		last = n
+	}
+	m.n, m.err = float64(last), err
+	return m
 }
 
 // waitBurnt waits until the handlers ran for every job of run and the
@@ -200,7 +247,8 @@ func (b *bench) jobsBurn(ctx context.Context, queue string, cfg bunqueue.JobQueu
 		return result{}, err
 	}
 	st, err := b.burn(ctx, burnRun{jobs: n, start: client.Start, stop: client.Stop, ran: &done.done,
-		left: func(ctx context.Context) (int64, error) { return queueLeft(ctx, db, queue) }})
+		left: func(ctx context.Context) (int64, error) { return queueLeft(ctx, db, queue) },
+		drop: func() { dropIdle(db) }})
 	if err != nil {
 		return result{}, err
 	}
@@ -212,6 +260,12 @@ func (b *bench) jobsBurn(ctx context.Context, queue string, cfg bunqueue.JobQueu
 		note += b.versus(st.rate(), "of", "defaults against defaults", riverBurnDefaults)
 	}
 	return result{ItemsPerSec: st.rate(), RSSKiB: st.rssKiB, Note: note}, nil
+}
+
+// dropIdle closes db's idle connections and lets it keep them again.
+func dropIdle(db *bun.DB) {
+	db.SetMaxIdleConns(0)
+	db.SetMaxIdleConns(poolSize)
 }
 
 // burnSettings describes a burn-down's JobQueueConfig, which sets at

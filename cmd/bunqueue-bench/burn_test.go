@@ -115,10 +115,10 @@ func TestTableRiverColumn(t *testing.T) {
 		{Scenario: riverBurnTuned, Concurrency: 16, Skipped: true, Note: "skipped: why"},
 	}})
 	require.Contains(t, out.String(), "re-run %  × River  note")
-	f := tableRow(t, out.String(), "jobs-burn-16")
-	require.Equal(t, []string{"1.50", "a", "note"}, f[14:])
-	f = tableRow(t, out.String(), riverBurnTuned)
-	require.Equal(t, []string{"-", "skipped:", "why"}, f[14:])
+	f := tableRow(t, out.String(), "jobs-burn-16", "-")
+	require.Equal(t, []string{"1.50", "a", "note"}, f[17:])
+	f = tableRow(t, out.String(), riverBurnTuned, "-")
+	require.Equal(t, []string{"-", "skipped:", "why"}, f[17:])
 }
 
 // --burn takes no negative number.

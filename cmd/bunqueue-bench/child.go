@@ -53,10 +53,14 @@ type childReport struct {
 
 // runChild runs "bunqueue-bench bench-child memory|enqueue|rows [flags]" (internal:
 // started by the bench). The DSN comes from BUNQUEUE_MYSQL_DSN, so that it
-// does not show in the process list.
+// does not show in the process list. "bench-child proxy" runs the
+// forwarder instead (proxychild.go), controlled through its stdin.
 func runChild(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == proxyMode {
+		return runProxyChild(args[1:], os.Stdin, stdout, stderr)
+	}
 	if len(args) == 0 || (args[0] != "memory" && args[0] != "enqueue" && args[0] != "rows") {
-		fmt.Fprintln(stderr, "Usage: bunqueue-bench "+childCommand+" memory|enqueue|rows [flags] (internal: started by bunqueue-bench)")
+		fmt.Fprintln(stderr, "Usage: bunqueue-bench "+childCommand+" memory|enqueue|rows|"+proxyMode+" [flags] (internal: started by bunqueue-bench)")
 		return exitUsage
 	}
 	fs := flag.NewFlagSet(childCommand+" "+args[0], flag.ContinueOnError)

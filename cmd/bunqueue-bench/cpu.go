@@ -33,11 +33,7 @@ type cpuSample struct {
 // every process on this machine named like a database server. On a system
 // without /proc the server part is missing.
 func readCPU() cpuSample {
-	var s cpuSample
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		s.client = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
+	s := cpuSample{client: selfCPU()}
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	for _, d := range dirs {
 		comm, err := os.ReadFile(filepath.Join(d, "comm"))
@@ -55,6 +51,16 @@ func readCPU() cpuSample {
 		}
 	}
 	return s
+}
+
+// selfCPU returns the CPU time (user and system) this process used so
+// far, its children not counted.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // clockTicks is the kernel's USER_HZ, the unit of /proc/PID/stat's times:

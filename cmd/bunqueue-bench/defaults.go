@@ -115,7 +115,7 @@ func (b *bench) tracingOn(ctx context.Context) (result, error) {
 // two rates do.
 func (b *bench) cpuCost(base string) string {
 	r, ok := b.results[base]
-	c := b.lastCPU.client
+	c := b.last.client
 	if !ok || r.ClientCPU == nil || c == nil {
 		return ""
 	}

@@ -197,7 +197,7 @@ type fleetStats struct {
 // of the full queue: until fewer items waited than the members have
 // workers. It stops waiting fleetLimit after the producers.
 func (b *bench) fleetRun(ctx context.Context, q fleetQueue, members []fleetMember, t *tally, n int, workers int) (fleetStats, error) {
-	began, cpu0 := time.Now(), readCPU()
+	began, m0 := time.Now(), b.sampleMeters(ctx)
 	for _, m := range members {
 		if err := m.client.Start(ctx); err != nil {
 			_ = stopFleet(ctx, members)
@@ -210,7 +210,7 @@ func (b *bench) fleetRun(ctx context.Context, q fleetQueue, members []fleetMembe
 	go func() { produced <- b.fleetProduce(ctx, q, members, &made, &stop) }()
 	st, fullDone := b.followFleet(began, &t.done, &made, int64(n), int64(workers), &stop, produced)
 	st.elapsed, st.handled = time.Since(began), t.done.Load()
-	b.lastCPU.client, b.lastCPU.server = cpuPerItem(cpu0, readCPU(), st.handled)
+	b.windowCosts(m0, b.sampleMeters(ctx), st.handled)
 	if st.full < fleetMinFull { // the queue never ran empty, or it did at once
 		st.full, fullDone = st.elapsed, st.handled
 	}

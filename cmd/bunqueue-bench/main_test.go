@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -88,26 +89,57 @@ func TestCommand(t *testing.T) {
 		require.Contains(t, stderr, "nosuchscenario")
 	})
 
+	t.Run("bad delay", func(t *testing.T) {
+		_, stderr, code := runBinary(t, bin, "--delay", "0,fast")
+		require.Equal(t, exitUsage, code)
+		require.Contains(t, stderr, "--delay")
+		_, stderr, code = runBinary(t, bin, "--delay", "1ms", "--dsn", "root@unix(/run/mysqld/mysqld.sock)/test?parseTime=true")
+		require.Equal(t, exitUsage, code)
+		require.Contains(t, stderr, "not tcp")
+	})
+
 	t.Run("bench ceiling", func(t *testing.T) {
 		stdout, stderr, code := runBinary(t, bin, "--duration", "300ms", "--only", "ceiling,fleet-lock-3x4", "--fleet-backlog", "200")
 		require.Equal(t, exitOK, code, "stderr: %s", stderr)
-		require.Contains(t, stdout, "tx retries  failed batches  re-runs  re-run %")
+		require.Contains(t, stdout, "tx/item  round trips/item  tx retries  failed batches  re-runs  re-run %")
+		require.Contains(t, stdout, "tx/item: InnoDB's trx_rw_commits")
 		for _, name := range []string{"ceiling-1", "ceiling-16", "fleet-lock-3x4"} {
-			f := tableRow(t, stdout, name)
-			rate, err := strconv.ParseFloat(f[2], 64)
+			f := tableRow(t, stdout, name, "-")
+			rate, err := strconv.ParseFloat(f[colItems], 64)
 			require.NoError(t, err)
 			require.Positive(t, rate, "%s: items/s", name)
+			requirePositive(t, f[colTx], "%s: tx/item", name)
+			require.Equal(t, "-", f[colRoundTrips], "%s: no round trips without --delay", name)
+			conflicts := f[colConflicts : colConflicts+4]
 			if name != "fleet-lock-3x4" {
-				require.Equal(t, []string{"-", "-", "-", "-"}, f[10:14], "%s: a plain-SQL row has no conflict columns", name)
+				require.Equal(t, []string{"-", "-", "-", "-"}, conflicts, "%s: a plain-SQL row has no conflict columns", name)
 				continue
 			}
-			for _, v := range f[10:13] { // tx retries, failed batches, re-runs
+			for _, v := range conflicts[:3] { // tx retries, failed batches, re-runs
 				_, err := strconv.ParseUint(v, 10, 64)
 				require.NoError(t, err, "%s: not a count", name)
 			}
-			_, err = strconv.ParseFloat(f[13], 64)
+			_, err = strconv.ParseFloat(conflicts[3], 64)
 			require.NoError(t, err, "%s: re-run %% not a number", name)
 		}
+	})
+
+	// Through the forwarder at 0 and 1 ms each way: each pass's pings,
+	// and the rows' delay, round trips and CPU of the forwarder.
+	t.Run("bench delay", func(t *testing.T) {
+		stdout, stderr, code := runBinary(t, bin, "--duration", "500ms", "--only", "ceiling-1", "--delay", "0,1ms")
+		require.Equal(t, exitOK, code, "stderr: %s", stderr)
+		require.Regexp(t, `delay 0s each way: SELECT 1 median [0-9.]+ ms through it, [0-9.]+ ms straight to the server \(200 pings each, 200 round trips counted through it\)`, stdout)
+		require.Contains(t, stdout, "delay 1ms each way: SELECT 1 median")
+		require.Contains(t, stderr, "the forwarder served")
+		for _, delay := range []string{"0s", "1ms"} {
+			f := tableRow(t, stdout, "ceiling-1", delay)
+			requirePositive(t, f[colItems], "items/s at %s", delay)
+			requirePositive(t, f[colTx], "tx/item at %s", delay)
+			requireCeilingRoundTrips(t, f[colRoundTrips])
+			require.Len(t, strings.Split(f[colCPU], "+"), 3, "client+server+proxy CPU at %s", delay)
+		}
+		requireNoProcess(t, bin)
 	})
 
 	// Every scenario added after the first version, very short, with the
@@ -147,11 +179,15 @@ func TestCommand(t *testing.T) {
 		require.Contains(t, rows["table-sized-keys-100"].Note, "of table-sized")
 		require.Contains(t, rows["tracing-on"].Note, "of table-b50")
 		require.Contains(t, rows["tracing-on"].Note, "client CPU")
-		// The server runs on this machine: both CPU figures are there.
+		// The server runs on this machine: both CPU figures are there, and
+		// the transactions; no round trips without a forwarder.
 		for _, name := range []string{"ceiling-16", "table-b1", "write-only", "write-only-jobs-b50", "tracing-on"} {
 			require.NotNil(t, rows[name].ClientCPU, "%s: no client CPU", name)
 			require.Positive(t, *rows[name].ClientCPU, "%s: client CPU", name)
 			require.NotNil(t, rows[name].ServerCPU, "%s: no server CPU", name)
+			require.NotNil(t, rows[name].TxPerItem, "%s: no tx/item", name)
+			require.Nil(t, rows[name].RoundTrips, "%s: round trips without a forwarder", name)
+			require.Empty(t, rows[name].Delay, name)
 		}
 		require.Nil(t, rows["latency-xproc"].ClientCPU, "a rate set by a producer has no CPU per item")
 		require.Contains(t, rows["table-defaults"].Note, "of the best tuned per-item row")
@@ -176,17 +212,58 @@ func TestCommand(t *testing.T) {
 	})
 }
 
-// tableRow returns the fields of the row of scenario name in the bench's
-// table.
-func tableRow(t *testing.T, table, name string) []string {
+// Columns of the bench's table, as strings.Fields splits its rows.
+const (
+	colDelay      = 1
+	colItems      = 3
+	colCPU        = 10
+	colTx         = 11
+	colRoundTrips = 12
+	colConflicts  = 13 // tx retries, failed batches, re-runs, re-run %
+)
+
+// tableRow returns the fields of the row of scenario name at delay ("-":
+// without --delay) in the bench's table.
+func tableRow(t *testing.T, table, name, delay string) []string {
 	t.Helper()
 	for _, line := range strings.Split(table, "\n") {
-		if f := strings.Fields(line); len(f) >= 15 && f[0] == name {
+		if f := strings.Fields(line); len(f) >= 18 && f[0] == name && f[colDelay] == delay {
 			return f
 		}
 	}
-	require.Fail(t, "no row", "no %s row in:\n%s", name, table)
+	require.Fail(t, "no row", "no %s row at delay %s in:\n%s", name, delay, table)
 	return nil
+}
+
+// requirePositive checks that the table's cell is a positive number.
+func requirePositive(t *testing.T, cell string, msgAndArgs ...any) {
+	t.Helper()
+	v, err := strconv.ParseFloat(cell, 64)
+	require.NoError(t, err, msgAndArgs...)
+	require.Positive(t, v, msgAndArgs...)
+}
+
+// requireCeilingRoundTrips checks the round trips per item of a ceiling
+// row: BEGIN, UPDATE, COMMIT, give or take the transactions in flight at
+// the window's ends.
+func requireCeilingRoundTrips(t *testing.T, cell string) {
+	t.Helper()
+	v, err := strconv.ParseFloat(cell, 64)
+	require.NoError(t, err, "round trips/item %q", cell)
+	require.InDelta(t, 3, v, 0.5, "round trips/item of a ceiling row")
+}
+
+// requireNoProcess checks that no process runs the binary bin any more:
+// the bench stopped its forwarder's.
+func requireNoProcess(t *testing.T, bin string) {
+	t.Helper()
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, path := range cmdlines {
+		b, err := os.ReadFile(path)
+		if err == nil && strings.Contains(string(b), bin) {
+			require.Fail(t, "a process left running", "%s: %q", path, strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
 }
 
 // plainSQL reports whether the scenario name runs plain SQL, no bunqueue

@@ -203,7 +203,7 @@ func (b *bench) riverBurn(ctx context.Context, tuned bool) (result, error) {
 	if _, err := r.pool.Exec(ctx, vacuum); err != nil {
 		return result{}, fmt.Errorf("river: %s: %w", vacuum, err)
 	}
-	st, err := b.burn(ctx, burnRun{jobs: n, start: client.Start, stop: client.Stop, ran: &runs.done, left: r.left})
+	st, err := b.burn(ctx, burnRun{jobs: n, start: client.Start, stop: client.Stop, ran: &runs.done, left: r.left, drop: r.pool.Reset})
 	if err != nil {
 		return result{}, fmt.Errorf("river: %w", err)
 	}

@@ -208,13 +208,13 @@ func scenarios() []scenario {
 
 // backlog returns how many items to pre-insert so that a scenario that
 // runs at factor × the 16-connection ceiling does not run dry before its
-// window ends.
+// window ends, nor during the tail that reads its transactions.
 func (b *bench) backlog(factor float64) int {
 	c, ok := b.ceiling[workers]
 	if !ok || c <= 0 {
 		c = fallbackCeiling
 	}
-	n := int(c * factor * (b.warmup + b.duration + time.Second).Seconds())
+	n := int(c * factor * (b.warmup + b.duration + b.tail() + time.Second).Seconds())
 	return min(max(n, 5000), 3_000_000)
 }
 
