@@ -355,7 +355,7 @@ func (b *claimTx[T]) rollbackItem(ctx context.Context, i int) bool {
 func (b *claimTx[T]) onError(ctx context.Context, i int, claimed *T, herr error) bool {
 	q := b.q
 	b.armSavepoint(i)
-	oerr := callApp(func() error { return q.cfg.OnError(ctx, b.tx, claimed, herr) })
+	oerr := callApp(ctx, func() error { return q.cfg.OnError(ctx, b.tx, claimed, herr) })
 	if !b.disarmSavepoint(i) {
 		return false
 	}

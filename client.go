@@ -427,6 +427,9 @@ func (c *Client) checkKey(ctx context.Context, r *runner) error {
 func (c *Client) work(ctx context.Context, r *runner, f *feed) {
 	defer c.workers.Done()
 	ctx = workerContext(ctx, r) // its own writes do not wake its queue: see QueryHook
+	apps := &appPool{}          // the goroutines its batches and handlers run in
+	defer apps.stop()
+	ctx = withAppPool(ctx, apps)
 	w := &worker{c: c, r: r, f: f, s: newSession(c.claimDB, c.dialect), log: c.cfg.Logger.With("queue", r.name), size: r.batch}
 	if r.selfSized {
 		w.size = 1

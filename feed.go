@@ -368,7 +368,7 @@ func (rd *reader) fetch(ctx context.Context, r *runner, limit int) ([]feedKey, e
 // queue's query function, the app's code, and a panic there fails it.
 func read(ctx context.Context, r *runner, db bun.IDB, limit int) ([]feedKey, error) {
 	var found []feedKey
-	err := contain(func() (err error) {
+	err := contain(ctx, func() (err error) {
 		found, err = r.fetch(ctx, db, limit)
 		return err
 	})

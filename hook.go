@@ -65,7 +65,7 @@ func newHooks(lists ...[]Hook) hooks {
 // caller can read.
 func (h hooks) run(ctx context.Context, info func() *WorkInfo, fn func() error) error {
 	if len(h) == 0 {
-		return callApp(fn)
+		return callApp(ctx, fn)
 	}
 	wi := info()
 	var err error
@@ -73,16 +73,16 @@ func (h hooks) run(ctx context.Context, info func() *WorkInfo, fn func() error) 
 		if x.WorkBegin == nil {
 			continue
 		}
-		if err = callApp(func() error { return x.WorkBegin(ctx, wi) }); err != nil {
+		if err = callApp(ctx, func() error { return x.WorkBegin(ctx, wi) }); err != nil {
 			break
 		}
 	}
 	if err == nil {
-		err = callApp(fn)
+		err = callApp(ctx, fn)
 	}
 	for _, x := range h {
 		if x.WorkEnd != nil {
-			err = callApp(func() error { return x.WorkEnd(ctx, wi, err) })
+			err = callApp(ctx, func() error { return x.WorkEnd(ctx, wi, err) })
 		}
 	}
 	return err

@@ -217,7 +217,7 @@ func (c *Client) probe(ctx context.Context, feeds []*feed, flags *pauses, failin
 	}
 	// The queues' query functions run here: a panic in one is this
 	// probe's failure, and each feed's own read then reports it.
-	err := contain(func() error {
+	err := contain(ctx, func() error {
 		sel := c.db.NewSelect().Comment(probeComment)
 		for _, f := range feeds {
 			sel = sel.ColumnExpr("(?)", f.r.probe(c.db, f.inFlight()))

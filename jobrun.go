@@ -225,7 +225,7 @@ func (c *Client) failJob(ctx context.Context, db bun.IDB, row *jobRow, attempt i
 // is still recorded and the job retried.
 func (c *Client) retryWait(ctx context.Context, row *jobRow, attempt int) time.Duration {
 	var wait time.Duration
-	if err := contain(func() error { wait = c.cfg.Backoff(attempt); return nil }); err != nil {
+	if err := contain(ctx, func() error { wait = c.cfg.Backoff(attempt); return nil }); err != nil {
 		wait = DefaultBackoff(attempt)
 		c.cfg.Logger.ErrorContext(ctx, "bunqueue: Config.Backoff failed; the job waits DefaultBackoff's time instead",
 			"queue", row.Queue, "job_id", row.ID, "attempt", attempt, "error", err)

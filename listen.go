@@ -198,7 +198,7 @@ func (c *Client) listen(ctx context.Context) {
 			}
 		}
 		// The Listener is the app's code: a panic in it is its failure.
-		err := contain(func() error { return c.cfg.Listener.Listen(ctx, ch, listening, notified) })
+		err := contain(ctx, func() error { return c.cfg.Listener.Listen(ctx, ch, listening, notified) })
 		hub.Ended()
 		if ctx.Err() != nil {
 			return

@@ -157,7 +157,7 @@ func (q *Queue[T]) recordApart(ctx context.Context, key feedKey, cause error) (b
 			if len(rows) == 0 {
 				return nil // done by another worker, or held by one
 			}
-			if err := callApp(func() error { return q.cfg.OnError(ctx, tx, &rows[0], cause) }); err != nil {
+			if err := callApp(ctx, func() error { return q.cfg.OnError(ctx, tx, &rows[0], cause) }); err != nil {
 				return fmt.Errorf("OnError: %w", err)
 			}
 			still, err := q.stillQueued(ctx, tx, false, rows, []feedKey{key}, []outcome{recorded})

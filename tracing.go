@@ -457,7 +457,7 @@ func (t *telemetry) observeDepth(runners []*runner, log *slog.Logger) (metric.Re
 				continue
 			}
 			var n int
-			err := contain(func() (err error) { // the count runs the queue's query function
+			err := contain(ctx, func() (err error) { // the count runs the queue's query function
 				n, err = r.depth(ctx, QueueDepthLimit)
 				return err
 			})

@@ -61,7 +61,7 @@ func (q *Queue[T]) runBatch(ctx context.Context, s *session, limit int, keys []f
 // fails the batch, whose transaction rolls back, and not the worker.
 func (q *Queue[T]) containBatch(ctx context.Context, s *session, limit int, keys []feedKey, tk *tokens) batchResult {
 	var res batchResult
-	if err := contain(func() error { res = q.tryBatch(ctx, s, limit, keys, tk); return nil }); err != nil {
+	if err := contain(ctx, func() error { res = q.tryBatch(ctx, s, limit, keys, tk); return nil }); err != nil {
 		return batchResult{err: fmt.Errorf("bunqueue: queue %q: %w", q.name, err)}
 	}
 	return res
