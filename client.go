@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/bunqueue/bunqueue/internal/backoff"
+	"github.com/bunqueue/bunqueue/internal/batchsize"
 	"github.com/bunqueue/bunqueue/internal/jobsql"
 	"github.com/bunqueue/bunqueue/internal/prepared"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
@@ -430,9 +431,9 @@ func (c *Client) work(ctx context.Context, r *runner, f *feed) {
 	apps := &appPool{}          // the goroutines its batches and handlers run in
 	defer apps.stop()
 	ctx = withAppPool(ctx, apps)
-	w := &worker{c: c, r: r, f: f, s: newSession(c.claimDB, c.dialect), log: c.cfg.Logger.With("queue", r.name), size: r.batch}
+	w := &worker{c: c, r: r, f: f, s: newSession(c.claimDB, c.dialect), log: c.cfg.Logger.With("queue", r.name), size: batchsize.Fixed(r.batch)}
 	if r.selfSized {
-		w.size = 1
+		w.size = batchsize.New(r.batch, BatchTarget)
 	}
 	defer w.s.end()
 	for {
@@ -441,7 +442,7 @@ func (c *Client) work(ctx context.Context, r *runner, f *feed) {
 			return
 		default:
 		}
-		keys, filled := f.take(w.size)
+		keys, filled := f.take(w.size.Size())
 		if keys == nil {
 			if !w.await(filled) {
 				return
@@ -473,8 +474,8 @@ type worker struct {
 	f        *feed
 	s        *session
 	log      *slog.Logger
-	size     int // rows to take for the next batch
-	failures int // batches failed in a row
+	size     *batchsize.Sizer // how many rows to take for the next batch
+	failures int              // batches failed in a row
 }
 
 // await waits until the feed has filled (filled is closed) or the client
@@ -502,7 +503,7 @@ func (w *worker) await(filled <-chan struct{}) bool {
 // hands the result back to the feed, resizes a self-sized batch and logs
 // the rows' failures.
 func (w *worker) process(ctx context.Context, keys []feedKey) batchResult {
-	began := time.Now()
+	asked := w.size.Size()
 	res := w.c.counts.running(w.r.name, len(keys), func() batchResult { return w.r.runBatch(ctx, w.s, w.r.batch, keys) }) // in flight, for Stats
 	if res.err != nil && ctx.Err() != nil {
 		// Stop cancelled the batch. The driver may close the connection
@@ -517,13 +518,12 @@ func (w *worker) process(ctx context.Context, keys []feedKey) batchResult {
 	w.f.putBack(untried)
 	w.f.finish(tried, res)
 	switch {
-	case !w.r.selfSized:
 	case res.leftOut > 0:
 		// Rows of full keys were left out: a smaller batch holds fewer
 		// keys' slots, for less time, so more workers find keys free.
-		w.size = max(w.size/2, 1)
+		w.size.Contended()
 	case res.err == nil:
-		w.size = resize(w.size, len(keys), time.Since(began)-res.tokenTime, w.r.batch)
+		w.size.Done(asked, len(keys), res.work)
 	}
 	for _, err := range res.itemErrs {
 		logItemError(ctx, w.log, err) // faillog.go: a job's line says what became of it
@@ -552,19 +552,6 @@ func (w *worker) pause(d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
-}
-
-// resize returns the next size of a self-sized batch, after a batch of n
-// rows (of size asked) took took: double a full batch that took less than
-// half of BatchTarget, halve one that took longer than BatchTarget.
-func resize(size, n int, took time.Duration, most int) int {
-	switch {
-	case took > BatchTarget:
-		return max(size/2, 1)
-	case n == size && took < BatchTarget/2:
-		return min(size*2, most)
-	}
-	return size
 }
 
 // tableSchema returns the schema named in the model's table tag, or "" for

@@ -22,12 +22,16 @@ const (
 	// BatchSizeDefault is the most rows one transaction claims when
 	// BatchSize is left zero. Such a queue sizes its batches itself: each
 	// worker starts with one row per transaction, doubles its batch while
-	// a batch takes less than BatchTarget/2, and halves it when one takes
-	// longer than BatchTarget. Fast handlers get large batches under a
-	// backlog; slow ones run one per transaction.
+	// the batch's handlers take less than BatchTarget/2 in all, and
+	// shrinks it to fit when they take longer than BatchTarget. Fast
+	// handlers get large batches under a backlog; slow ones run one per
+	// transaction. Round trips and commits are not counted: a database
+	// that is far away or slow to commit gets batches as large as a near
+	// one.
 	BatchSizeDefault = 50
-	// BatchTarget is how long a self-sized batch (BatchSize left zero)
-	// should take at most, claim to commit.
+	// BatchTarget is how long the handlers of a self-sized batch
+	// (BatchSize left zero) should run in all, one after the other, while
+	// the batch holds its rows.
 	BatchTarget = 50 * time.Millisecond
 	// PollIntervalDefault is how long an idle worker waits before it looks
 	// for work again. Each wait is drawn from [¾·PollInterval, PollInterval].

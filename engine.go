@@ -117,9 +117,10 @@ type batchResult struct {
 	// untried are the ids of rows the batch was given but did not try to
 	// claim: its RateLimit had no slots for them. They are not held.
 	untried []string
-	// tokenTime is how long taking those slots took, before the claim
-	// transaction began: not part of the batch's time for its resize.
-	tokenTime time.Duration
+	// work is how long the batch's handlers (and OnError) ran, one after
+	// the other, while its rows were held: what sizes its next batch
+	// (see batchsize).
+	work time.Duration
 	// leftOut is how many claimed rows the batch left out because their
 	// key had no free slot (KeyLimit, KeyRate): keys are contended.
 	leftOut int

@@ -99,7 +99,7 @@ func (l *leaseRunner) runBatch(ctx context.Context, _ *session, limit int, keys 
 	go keeper.beat(ctx)
 	defer keeper.stop()
 	for i := range rows {
-		if ierr := l.runOne(ctx, keeper, &rows[i], token); ierr != nil {
+		if ierr := l.runOne(ctx, keeper, &rows[i], token, &res.work); ierr != nil {
 			res.itemErrs = append(res.itemErrs, ierr)
 		} else {
 			res.done++
@@ -221,13 +221,15 @@ func (l *leaseRunner) lease(ctx context.Context, tx bun.Tx, rows []jobRow, token
 }
 
 // runOne runs one leased job and completes, fails or releases it, if the
-// lease is still this worker's.
-func (l *leaseRunner) runOne(ctx context.Context, keeper *leaseKeeper, row *jobRow, token string) (ierr error) {
+// lease is still this worker's. It adds the time its worker ran to work.
+func (l *leaseRunner) runOne(ctx context.Context, keeper *leaseKeeper, row *jobRow, token string, work *time.Duration) (ierr error) {
 	defer func() { l.c.finishedJob(l.queue, ierr) }() // counts for Client.Stats
 	j := &leasedJob{l: l, row: row, token: token, fate: newJobFate(row, row.Attempts)}
 	end := j.trace(ctx)
 	defer func() { end(ierr) }()
+	began := time.Now()
 	gone, err := j.work(ctx, keeper)
+	*work += time.Since(began)
 	if gone {
 		return j.failure(errors.New("bunqueue: the job's lease was lost before it started; another worker may hold it now"))
 	}

@@ -27,9 +27,7 @@ const txAttempts = 8
 // them in one transaction on s (nil: on the pool), retrying the whole transaction with jitter on
 // deadlocks and lock wait timeouts.
 func (q *Queue[T]) runBatch(ctx context.Context, s *session, limit int, keys []feedKey) batchResult {
-	took := time.Now()
 	tk, err := q.rate.takeTokens(ctx, want(limit, keys))
-	tokenTime := time.Since(took)
 	if err != nil {
 		return batchResult{err: err}
 	}
@@ -40,7 +38,7 @@ func (q *Queue[T]) runBatch(ctx context.Context, s *session, limit int, keys []f
 		res = q.containBatch(ctx, s, limit, keys, tk)
 		return res.err
 	}, q.client.tel.queueSet(q.name, ""))
-	res.untried, res.tokenTime = append(res.untried, untried...), tokenTime
+	res.untried = append(res.untried, untried...)
 	switch {
 	case len(keys) > 1 && res.claimed == 0 && q.client.dialect.ClientSide(errors.Unwrap(res.err)):
 		// A row of the batch cannot be loaded into the model: claim the
@@ -75,6 +73,7 @@ func (q *Queue[T]) runOneByOne(ctx context.Context, s *session, keys []feedKey, 
 		all.claimed += r.claimed
 		all.got = append(all.got, r.got...)
 		all.done += r.done
+		all.work += r.work
 		all.itemErrs = append(all.itemErrs, r.itemErrs...)
 		all.err = errors.Join(all.err, r.err)
 	}
