@@ -69,4 +69,3 @@ func (s *Sizer) Contended() {
 		s.size = max(s.size/2, 1)
 	}
 }
-
