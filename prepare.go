@@ -13,16 +13,22 @@ import (
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
 
-// A worker's claim of one row by its key, the re-check that the row left
-// its queue, and a lone lock-mode job's DELETE run as statements prepared
-// on the server, with the key as their argument: the same text every
-// time, which the server parses and plans once per connection instead of
-// once per row. bun formats its queries on the client, so the claim and
-// the re-check are built by bun with parameter markers where the key
-// goes, and run through database/sql; their text is the cache's key, so a
-// queue whose query changes with every call (one that embeds the time,
-// say) is never prepared. bun's query hooks do not see them: bunqueue
-// starts their CLIENT spans itself.
+// A worker's claim of its rows by their keys, the re-check that the rows
+// left their queue, and a lone lock-mode job's DELETE run as statements
+// prepared on the server, with the keys as their arguments: the same text
+// every time, which the server parses and plans once per connection
+// instead of once per batch, and a round trip each. (Run in text, a
+// statement whose keys are written into it is new every time: a driver
+// that prepares each new text first, as pgx does by default, pays a
+// round trip more, and one more to drop it from its cache later.) A
+// claim of n keys is written for n rounded up to a power of two (see
+// keyShape), so that a queue takes a handful of texts. bun formats its
+// queries on the client, so the claim and the re-check are built by bun
+// with parameter markers where the keys go, and run through
+// database/sql; their text is the cache's key, so a queue whose query
+// changes with every call (one that embeds the time, say) is never
+// prepared. bun's query hooks do not see them: bunqueue starts their
+// CLIENT spans itself.
 
 // preparable reports whether the queue's claims of one row may be
 // prepared: its model has no hooks that bun would run around a SELECT
@@ -58,35 +64,75 @@ func preparable(typ reflect.Type, table *schema.Table) bool {
 	return true
 }
 
-// markers is the key of a prepared statement's row: the dialect's
-// parameter markers in place of its values, for onlyKeys.
-func (q *Queue[T]) markers() []feedKey {
-	marks := make([]any, len(q.table.PKs))
-	for i := range marks {
-		marks[i] = bun.Safe(q.client.dialect.Placeholder(i + 1))
+// maxPreparedKeys is the most keys a prepared claim or re-check is
+// written for; more run in text.
+const maxPreparedKeys = 64
+
+// keyShape is the number of keys that the prepared statement of a claim
+// or re-check of n keys is written for: n rounded up to a power of two,
+// so that a queue takes a handful of texts, each prepared once per
+// connection. The places past n repeat the last key, which IN ignores.
+func keyShape(n int) int {
+	shape := 1
+	for shape < n {
+		shape *= 2
 	}
-	return []feedKey{{vals: marks}}
+	return shape
 }
 
-// claimOne claims the row of key k, if it still waits and is not locked,
-// with a prepared statement. ok is false when the statement is not
-// prepared yet: nothing ran, and the row is claimed in text.
-func (q *Queue[T]) claimOne(ctx context.Context, tx bun.Tx, k feedKey) (items []T, ok bool, err error) {
-	items = make([]T, 0, 1)
-	sel := q.onlyKeys(q.apply(q.byKey(q.newClaim(tx, &items))), q.markers()).Limit(1)
-	ok, err = q.scanPrepared(ctx, tx, sqldialect.Locking(sel, q.client.dialect.SkipLocked()), k.vals, &items)
+// markers are the keys of a prepared statement's n rows: the dialect's
+// parameter markers in place of their values, for onlyKeys.
+func (q *Queue[T]) markers(n int) []feedKey {
+	pks := len(q.table.PKs)
+	keys := make([]feedKey, n)
+	for i := range keys {
+		marks := make([]any, pks)
+		for j := range marks {
+			marks[j] = bun.Safe(q.client.dialect.Placeholder(i*pks + j + 1))
+		}
+		keys[i] = feedKey{vals: marks}
+	}
+	return keys
+}
+
+// keyArgs are the arguments of a prepared statement of shape keys for
+// keys: their values in order, the last key's repeated to fill it.
+func keyArgs(keys []feedKey, shape int) []any {
+	args := make([]any, 0, shape*len(keys[0].vals))
+	for i := range shape {
+		args = append(args, keys[min(i, len(keys)-1)].vals...)
+	}
+	return args
+}
+
+// claimPrepared claims the rows of keys that still wait and are not
+// locked with a prepared statement. ok is false when there is none for
+// their number yet (or they are too many): nothing ran, and the rows are
+// claimed in text.
+func (q *Queue[T]) claimPrepared(ctx context.Context, tx bun.Tx, keys []feedKey) (items []T, ok bool, err error) {
+	if len(keys) > maxPreparedKeys {
+		return nil, false, nil
+	}
+	shape := keyShape(len(keys))
+	items = make([]T, 0, len(keys))
+	sel := q.onlyKeys(q.apply(q.byKey(q.newClaim(tx, &items))), q.markers(shape)).Limit(int64(shape))
+	ok, err = q.scanPrepared(ctx, tx, sqldialect.Locking(sel, q.client.dialect.SkipLocked()), keyArgs(keys, shape), &items)
 	return items, ok, err
 }
 
-// recheckOne reports, with a prepared statement, whether the row of the
-// key vals still matches the queue's query. ok is false when the
-// statement is not prepared yet: nothing ran, and the re-check runs in
-// text.
-func (q *Queue[T]) recheckOne(ctx context.Context, tx bun.Tx, vals []any) (still, ok bool, err error) {
-	found := make([]T, 0, 1)
-	sel := q.onlyKeys(q.apply(q.byKey(tx.NewSelect().Model(&found))).Column(q.pkNames()...), q.markers()).Limit(1)
-	ok, err = q.scanPrepared(ctx, tx, sel, vals, &found)
-	return len(found) > 0, ok, err
+// recheckPrepared returns which rows of keys still match the queue's
+// query, read with a prepared statement. ok is false when there is none
+// for their number yet (or they are too many): nothing ran, and the
+// re-check runs in text.
+func (q *Queue[T]) recheckPrepared(ctx context.Context, tx bun.Tx, keys []feedKey) (rows []T, ok bool, err error) {
+	if len(keys) > maxPreparedKeys {
+		return nil, false, nil
+	}
+	shape := keyShape(len(keys))
+	rows = make([]T, 0, len(keys))
+	sel := q.onlyKeys(q.apply(q.byKey(tx.NewSelect().Model(&rows))).Column(q.pkNames()...), q.markers(shape)).Limit(int64(shape))
+	ok, err = q.scanPrepared(ctx, tx, sel, keyArgs(keys, shape), &rows)
+	return rows, ok, err
 }
 
 // scanPrepared runs sel, whose key values are parameter markers for args,

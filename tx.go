@@ -164,8 +164,8 @@ func (q *Queue[T]) claimRows(ctx context.Context, tx bun.Tx, prep bool, limit in
 	if keys == nil {
 		return q.claimHead(ctx, tx, limit)
 	}
-	if prep && len(keys) == 1 {
-		items, ok, err := q.claimOne(ctx, tx, keys[0])
+	if prep {
+		items, ok, err := q.claimPrepared(ctx, tx, keys)
 		if ok || err != nil {
 			return items, err
 		}
@@ -271,26 +271,26 @@ func (q *Queue[T]) queued(ctx context.Context, tx bun.Tx, prep bool, keys []feed
 	if len(keys) == 0 {
 		return found, nil
 	}
-	if prep && len(keys) == 1 {
-		one, ok, err := q.recheckOne(ctx, tx, keys[0].vals)
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			found[keys[0].id] = one
-			return found, nil
-		}
-	}
 	// By primary key: on the queue's own index, the rows the handlers
 	// just took out of the queue are entries that this transaction
 	// delete-marked, and the server reads through every older version of
 	// them: far more pages than the primary key's few (docs/design.md).
-	rows := make([]T, 0, len(keys))
-	err := q.onlyKeys(q.apply(q.byKey(tx.NewSelect().Model(&rows))).Column(q.pkNames()...), keys).
-		Limit(int64(len(keys))).
-		Scan(ctx)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return nil, err
+	var rows []T
+	ok := false
+	if prep {
+		var err error
+		if rows, ok, err = q.recheckPrepared(ctx, tx, keys); err != nil {
+			return nil, err
+		}
+	}
+	if !ok {
+		rows = make([]T, 0, len(keys))
+		err := q.onlyKeys(q.apply(q.byKey(tx.NewSelect().Model(&rows))).Column(q.pkNames()...), keys).
+			Limit(int64(len(keys))).
+			Scan(ctx)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return nil, err
+		}
 	}
 	for i := range rows {
 		_, id := q.key(&rows[i])

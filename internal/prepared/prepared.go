@@ -21,7 +21,7 @@ import (
 
 const (
 	// MaxTexts bounds the texts a Cache tracks, prepared or not.
-	MaxTexts = 64
+	MaxTexts = 256
 	// RetryAfter is how long a text whose preparation or execution failed
 	// runs in text before it is prepared again.
 	RetryAfter = 10 * time.Second
