@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -116,22 +118,72 @@ func (k *keyLimit) limit(key string) slotsql.Limit {
 	return slotsql.Limit{Queue: k.queue, Kind: k.kind, Key: key}
 }
 
-// take locks a free slot of key in tx, creating the key's slots first if
-// this process has not met it yet, and returns it, or -1 if none was
-// free: the key is then marked full, with val, its column value.
-func (k *keyLimit) take(ctx context.Context, tx bun.IDB, key string, val any) (int, error) {
-	if err := k.ensure(ctx, tx, key); err != nil {
-		return -1, err
+// takeKeys locks, in tx, one free slot of each of keys, creating their
+// slots first where this process has not met them yet, and returns the
+// slot each key got; a key that got none is marked full, with vals[key],
+// its column value. Each round is one statement for all the keys still
+// without one, on one slot number, from a number drawn at random (so
+// that workers after the same keys try different slots first): at most
+// KeyLimit rounds, one where a slot per key is all there is.
+func (k *keyLimit) takeKeys(ctx context.Context, tx bun.IDB, keys []string, vals map[string]any) (map[string]int, error) {
+	if err := k.ensureKeys(ctx, tx, keys); err != nil {
+		return nil, err
 	}
-	got, err := k.sql.Take(ctx, tx, k.limit(key), k.n, 1)
-	if err != nil {
-		return -1, fmt.Errorf("bunqueue: queue %q: taking a slot of a KeyLimit: %w", k.queue, err)
+	got := make(map[string]int, len(keys))
+	rest := slices.Clone(keys) // keys are the caller's
+	first := rand.IntN(k.n)
+	for i := 0; i < k.n && len(rest) > 0; i++ {
+		slot := (first + i) % k.n
+		taken, err := k.sql.TakeKeys(ctx, tx, k.queue, k.kind, rest, slot)
+		if err != nil {
+			return nil, fmt.Errorf("bunqueue: queue %q: taking slots of a KeyLimit: %w", k.queue, err)
+		}
+		for _, key := range taken {
+			got[key] = slot
+		}
+		rest = slices.DeleteFunc(rest, func(key string) bool { _, ok := got[key]; return ok })
 	}
-	if len(got) == 0 {
-		k.markFull(key, val, fullFor)
-		return -1, nil
+	for _, key := range rest {
+		k.markFull(key, vals[key], fullFor)
 	}
-	return got[0], nil
+	return got, nil
+}
+
+// ensureKeys creates the slots of those of keys that this process has not
+// met yet, in two statements for them all (see ensure).
+func (k *keyLimit) ensureKeys(ctx context.Context, tx bun.IDB, keys []string) error {
+	k.mu.Lock()
+	var unknown []string
+	for _, key := range keys {
+		if !k.known[key] {
+			unknown = append(unknown, key)
+		}
+	}
+	k.mu.Unlock()
+	if len(unknown) == 0 {
+		return nil
+	}
+	db := k.db
+	if !k.rowLocks {
+		db = tx
+	}
+	if err := k.sql.EnsureKeys(ctx, db, k.queue, k.kind, unknown, k.n); err != nil {
+		return fmt.Errorf("bunqueue: queue %q: creating the slots of a per-key limit: %w", k.queue, err)
+	}
+	k.noteKnown(unknown...)
+	return nil
+}
+
+// noteKnown notes that the slots of keys exist.
+func (k *keyLimit) noteKnown(keys ...string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.known)+len(keys) > 100_000 {
+		clear(k.known) // bounded: a key met again is ensured again
+	}
+	for _, key := range keys {
+		k.known[key] = true
+	}
 }
 
 // ensure creates the slots of key if this process has not met it yet.
@@ -153,12 +205,7 @@ func (k *keyLimit) ensure(ctx context.Context, tx bun.IDB, key string) error {
 	if err := k.sql.Ensure(ctx, db, k.limit(key), k.n); err != nil {
 		return fmt.Errorf("bunqueue: queue %q: creating the slots of a per-key limit: %w", k.queue, err)
 	}
-	k.mu.Lock()
-	if len(k.known) >= 100_000 {
-		clear(k.known) // bounded: a key met again is ensured again
-	}
-	k.known[key] = true
-	k.mu.Unlock()
+	k.noteKnown(key)
 	return nil
 }
 
@@ -240,22 +287,31 @@ func (q *Queue[T]) excludeFull(sel *bun.SelectQuery, now time.Time) *bun.SelectQ
 // keyOf(i) describes, and returns which items may run: those without a
 // key, and those whose key got a slot; the items of one key share it.
 func slotsPerKey(ctx context.Context, k *keyLimit, tx bun.IDB, n int, keyOf func(i int) (string, any, bool)) (run []bool, held []heldSlot, err error) {
-	granted := map[string]bool{}
-	run = make([]bool, n)
+	var keys []string
+	vals := map[string]any{}
 	for i := range n {
-		key, val, limited := keyOf(i)
-		ok, seen := granted[key]
-		if limited && !seen {
-			slot, err := k.take(ctx, tx, key, val)
-			if err != nil {
-				return nil, nil, err
-			}
-			ok = slot >= 0
-			granted[key] = ok
-			if ok {
-				held = append(held, heldSlot{k.limit(key), slot})
+		if key, val, limited := keyOf(i); limited {
+			if _, seen := vals[key]; !seen {
+				keys = append(keys, key)
+				vals[key] = val
 			}
 		}
+	}
+	var got map[string]int
+	if len(keys) > 0 {
+		if got, err = k.takeKeys(ctx, tx, keys, vals); err != nil {
+			return nil, nil, err
+		}
+	}
+	for _, key := range keys {
+		if slot, ok := got[key]; ok {
+			held = append(held, heldSlot{k.limit(key), slot})
+		}
+	}
+	run = make([]bool, n)
+	for i := range n {
+		key, _, limited := keyOf(i)
+		_, ok := got[key]
 		run[i] = !limited || ok
 	}
 	return run, held, nil

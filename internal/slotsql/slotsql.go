@@ -19,6 +19,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -84,6 +85,72 @@ func (s SQL) Ensure(ctx context.Context, db bun.IDB, l Limit, n int) error {
 		}
 	}
 	return nil
+}
+
+// EnsureKeys creates, for each of keys, the slots 0 to n-1 of the limit
+// of queue's kind for that key that do not exist: one read, and one
+// INSERT of the rows missing. Where another process inserted one of them
+// meanwhile (MySQL and MariaDB, whose INSERT cannot skip a taken key
+// without turning every error into a warning), the rows are inserted one
+// by one, each skipping a taken key.
+func (s SQL) EnsureKeys(ctx context.Context, db bun.IDB, queue string, kind Kind, keys []string, n int) error {
+	var have []struct {
+		Key  string `bun:"slot_key"`
+		Slot int    `bun:"slot"`
+	}
+	if err := db.NewRaw("SELECT slot_key, slot FROM "+Slots+" WHERE queue = ? AND kind = ? AND slot_key IN (?) AND slot < ?",
+		queue, int(kind), bun.List(keys), n).Scan(ctx, &have); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return err
+	}
+	there := make(map[Limit]map[int]bool, len(keys))
+	for _, h := range have {
+		l := Limit{Queue: queue, Kind: kind, Key: h.Key}
+		if there[l] == nil {
+			there[l] = map[int]bool{}
+		}
+		there[l][h.Slot] = true
+	}
+	var rows []string
+	var args []any
+	for _, key := range keys {
+		for slot := range n {
+			if !there[Limit{Queue: queue, Kind: kind, Key: key}][slot] {
+				rows = append(rows, "(?, ?, ?, ?)")
+				args = append(args, queue, int(kind), key, slot)
+			}
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	_, err := db.NewRaw("INSERT INTO "+Slots+" (queue, kind, slot_key, slot) VALUES "+strings.Join(rows, ", ")+s.d.SkipTakenKeys(), args...).Exec(ctx)
+	if err != nil && s.d.KeyTaken(err, "PRIMARY") {
+		for _, key := range keys {
+			if err := s.Ensure(ctx, db, Limit{Queue: queue, Kind: kind, Key: key}, n); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return err
+}
+
+// TakeKeys locks, in tx, the slot numbered slot of each of keys of the
+// limits of queue's kind, where it is free, skipping those other
+// transactions lock, and returns the keys whose slot it locked: one
+// statement for all of them. Each (key, slot) is one row of the primary
+// key, read by its value, with no ORDER BY to sort them (see Take).
+func (s SQL) TakeKeys(ctx context.Context, tx bun.IDB, queue string, kind Kind, keys []string, slot int) ([]string, error) {
+	query := "SELECT slot_key FROM " + Slots + " WHERE queue = ? AND kind = ? AND slot_key IN (?) AND slot = ? AND (held_until IS NULL OR held_until < " + s.d.Now() + ")"
+	if lock := s.d.SkipLocked(); lock != "" {
+		query += " FOR " + lock
+	}
+	var got []string
+	err := tx.NewRaw(query, queue, int(kind), bun.List(keys), slot).Scan(ctx, &got)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = nil
+	}
+	return got, err
 }
 
 // Take locks, in tx, up to most free slots below n of l, skipping the
