@@ -517,6 +517,7 @@ func (w *worker) process(ctx context.Context, keys []feedKey) batchResult {
 	tried, untried := splitUntried(keys, res)
 	w.f.putBack(untried)
 	w.f.finish(tried, res)
+	w.f.done(keys)
 	switch {
 	case res.leftOut > 0:
 		// Rows of full keys were left out: a smaller batch holds fewer

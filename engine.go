@@ -102,6 +102,9 @@ func (r *runner) poke() {
 type feedKey struct {
 	id   string // readable and unique: "id=7", or "a=1,b=2"
 	vals []any  // the key's values, in primary key order
+	// limitKey is the row's key of its queue's KeyLimit (its slot key),
+	// "" for a row without one or a queue without a KeyLimit.
+	limitKey string
 }
 
 // batchResult is what one claim transaction did.

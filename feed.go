@@ -13,6 +13,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunqueue/bunqueue/internal/backoff"
+	"github.com/bunqueue/bunqueue/internal/slotsql"
 )
 
 // A feed hands the rows of one queue to its workers in this process.
@@ -42,6 +43,12 @@ type feed struct {
 	filled    chan struct{} // closed when ready gets rows; then replaced
 	low       chan struct{} // cap 1: a worker found ready short: read again
 	found     chan struct{} // cap 1: the idle watcher found rows (see idle.go)
+
+	// perKey is the queue's KeyLimit, 0 without one; keyBusy counts, by
+	// KeyLimit key, the batches taken and not yet done that hold rows of
+	// it (see takeByKey).
+	perKey  int
+	keyBusy map[string]int
 }
 
 // minReadAhead is the fewest keys per worker one read of the feed looks
@@ -64,6 +71,9 @@ func newFeed(r *runner) *feed {
 		filled: make(chan struct{}),
 		low:    make(chan struct{}, 1),
 		found:  make(chan struct{}, 1),
+	}
+	if r.keys != nil && r.keys.kind == slotsql.Concurrency {
+		f.perKey, f.keyBusy = r.keys.n, map[string]int{}
 	}
 	if r.gate == nil {
 		r.gate = newPauseGate()
@@ -97,9 +107,15 @@ func (f *feed) take(n int) ([]feedKey, <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	share := (len(f.ready) + f.r.workers - 1) / f.r.workers
-	k := min(n, share)
-	got := f.ready[:k:k]
-	f.ready = f.ready[k:]
+	var got []feedKey
+	if f.perKey > 0 {
+		got = f.takeByKey(min(n, share))
+	} else {
+		k := min(n, share)
+		got = f.ready[:k:k]
+		f.ready = f.ready[k:]
+	}
+	k := len(got)
 	if len(f.ready) < f.window/2 {
 		select {
 		case f.low <- struct{}{}:
@@ -110,6 +126,76 @@ func (f *feed) take(n int) ([]feedKey, <-chan struct{}) {
 		return nil, f.filled
 	}
 	return got, nil
+}
+
+// takeByKey removes up to n rows from ready for one batch of a queue with
+// a KeyLimit, and returns them. A key's rows run one after the other in
+// a batch under one slot, and each batch that holds a key takes one of
+// its KeyLimit slots: the workers of this process would only meet on a
+// key whose slots their batches hold, each claim leaving out the rows it
+// found no slot for. So a batch takes no row of a key that KeyLimit
+// batches of this process hold already, and takes the rows of its keys
+// together, at most a fair share of the keys that are free (the free
+// keys among the ready rows, shared among the workers). The rows it
+// leaves keep their order in ready. Call with f.mu held; done gives the
+// batch's keys back.
+func (f *feed) takeByKey(n int) []feedKey {
+	free := map[string]bool{}
+	for _, k := range f.ready {
+		if k.limitKey != "" && f.keyBusy[k.limitKey] < f.perKey {
+			free[k.limitKey] = true
+		}
+	}
+	most := max((len(free)+f.r.workers-1)/f.r.workers, 1)
+	mine := map[string]bool{}
+	var got []feedKey
+	left := f.ready[:0]
+	for _, k := range f.ready {
+		take := false
+		switch {
+		case len(got) >= n:
+		case k.limitKey == "" || mine[k.limitKey]:
+			take = true
+		case free[k.limitKey] && len(mine) < most:
+			mine[k.limitKey], take = true, true
+		}
+		if take {
+			got = append(got, k)
+		} else {
+			left = append(left, k)
+		}
+	}
+	clear(f.ready[len(left):])
+	f.ready = left
+	for key := range mine {
+		f.keyBusy[key]++
+	}
+	return got
+}
+
+// done gives back the KeyLimit keys of a batch that took keys (see
+// takeByKey), and wakes the workers waiting for rows if some are ready:
+// rows of those keys may be.
+func (f *feed) done(keys []feedKey) {
+	if f.perKey == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	seen := map[string]bool{}
+	for _, k := range keys {
+		if k.limitKey == "" || seen[k.limitKey] {
+			continue
+		}
+		seen[k.limitKey] = true
+		if f.keyBusy[k.limitKey]--; f.keyBusy[k.limitKey] <= 0 {
+			delete(f.keyBusy, k.limitKey)
+		}
+	}
+	if len(f.ready) > 0 {
+		close(f.filled)
+		f.filled = make(chan struct{})
+	}
 }
 
 // heldFor is how long the feed leaves alone a row that a claim found

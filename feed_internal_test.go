@@ -2,6 +2,7 @@ package bunqueue
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,4 +83,72 @@ func TestFeedHandsOutEachRowOnce(t *testing.T) {
 	f.finish(keys("c"), batchResult{err: errors.New("deadlock")})
 	f.begin()
 	require.Equal(t, 1, f.add(keys("c")))
+}
+
+// keyed returns rows id=key pairs: "1:a" is row 1 of KeyLimit key "a",
+// "5" a row without a key.
+func keyed(rows ...string) []feedKey {
+	out := make([]feedKey, len(rows))
+	for i, r := range rows {
+		id, key, _ := strings.Cut(r, ":")
+		out[i] = feedKey{id: id, vals: []any{id}, limitKey: key}
+	}
+	return out
+}
+
+// A queue with a KeyLimit of one: a batch takes no row of a key that
+// another batch of this process holds, takes its keys' rows together
+// (within the fair share of rows), at most its share of the free keys,
+// and gives them back when done; the rows it leaves keep their order, and
+// the workers waiting for rows are woken when a key comes free.
+func TestFeedKeepsBatchesOfAKeyApart(t *testing.T) {
+	f := newFeed(&runner{runSettings: runSettings{workers: 2, batch: 10}, keys: &keyLimit{n: 1}})
+	f.begin()
+	require.Equal(t, 8, f.add(keyed("1:a", "2:b", "3:a", "4:c", "5", "6:b", "7:d", "8:a")))
+
+	// Eight rows for two workers: four a batch. Four free keys: two a batch.
+	first, _ := f.take(10)
+	require.Equal(t, []string{"1", "2", "3", "5"}, ids(first), "keys a and b, and the row without a key")
+	second, _ := f.take(10)
+	require.Equal(t, []string{"4"}, ids(second), "c: one of the two keys left free, its share")
+	third, _ := f.take(10)
+	require.Equal(t, []string{"7"}, ids(third), "d: b and a are held")
+	f.begin()
+	require.Equal(t, 3, f.add(keyed("9:a", "10:c", "11:e")))
+	fourth, _ := f.take(10)
+	require.Equal(t, []string{"11"}, ids(fourth), "e: a, b and c are held")
+	none, filled := f.take(10)
+	require.Nil(t, none, "only rows of held keys are left")
+	require.Equal(t, []string{"6", "8", "9", "10"}, ids(f.ready), "in their order")
+
+	f.finish(first, batchResult{got: ids(first)})
+	f.done(first)
+	select {
+	case <-filled:
+	default:
+		t.Fatal("a key that comes free wakes the workers waiting for rows")
+	}
+	got, _ := f.take(10)
+	require.Equal(t, []string{"6"}, ids(got), "b is free again, and a; one key for this batch")
+	got2, _ := f.take(10)
+	require.Equal(t, []string{"8", "9"}, ids(got2), "a's rows together; c is still held")
+	for _, b := range [][]feedKey{second, third, fourth, got, got2} {
+		f.done(b)
+	}
+	require.Empty(t, f.keyBusy, "every key given back")
+	got, _ = f.take(10)
+	require.Equal(t, []string{"10"}, ids(got))
+}
+
+// With a KeyLimit of two, two batches of this process may hold a key.
+func TestFeedKeyLimitOfTwo(t *testing.T) {
+	f := newFeed(&runner{runSettings: runSettings{workers: 3, batch: 10}, keys: &keyLimit{n: 2}})
+	f.begin()
+	f.add(keyed("1:a", "2:a", "3:a"))
+	one, _ := f.take(1)
+	two, _ := f.take(1)
+	three, _ := f.take(1)
+	require.Equal(t, []string{"1"}, ids(one))
+	require.Equal(t, []string{"2"}, ids(two))
+	require.Nil(t, three, "a third batch of key a waits")
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -416,13 +417,22 @@ func (q *Queue[T]) workInfo(item *T) *WorkInfo {
 // the rows this process is cooling down.
 func (q *Queue[T]) fetch(ctx context.Context, db bun.IDB, limit int) ([]feedKey, error) {
 	rows := make([]T, 0, limit)
-	sel := q.waiting(db, &rows).Comment(readComment(q.name)).Column(q.pkNames()...).Limit(int64(limit))
+	cols := q.pkNames()
+	if q.keyLimit != nil && !slices.Contains(cols, q.keyLimit.column) {
+		cols = append(cols, q.keyLimit.column) // for the feed to keep a key's rows apart
+	}
+	sel := q.waiting(db, &rows).Comment(readComment(q.name)).Column(cols...).Limit(int64(limit))
 	if err := sel.Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("bunqueue: queue %q: read waiting rows: %w", q.name, err)
 	}
 	keys := make([]feedKey, len(rows))
 	for i := range rows {
 		keys[i].vals, keys[i].id = q.key(&rows[i])
+		if q.keyLimit != nil {
+			if key, _, limited := q.keyOf(&rows[i]); limited {
+				keys[i].limitKey = key
+			}
+		}
 	}
 	return keys, nil
 }
