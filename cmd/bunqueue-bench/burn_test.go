@@ -170,4 +170,18 @@ func TestCompareWithRiver(t *testing.T) {
 	require.Nil(t, rows["jobs-lease-b1"].RatioToRiver, "a skipped row")
 	require.Nil(t, rows[riverBurnTuned].RatioToRiver, "River's own row")
 	require.Equal(t, rows["jobs-lock-b1"], b.results["jobs-lock-b1"], "the rows the notes read are the same")
+
+	// With --delay, each pass compares with its own River.
+	rep = &report{}
+	for _, r := range []result{
+		{Scenario: riverBurnTuned, Delay: "0s", ItemsPerSec: 400},
+		{Scenario: "jobs-burn-16", Delay: "0s", ItemsPerSec: 800},
+		{Scenario: riverBurnTuned, Delay: "1ms", ItemsPerSec: 100},
+		{Scenario: "jobs-burn-16", Delay: "1ms", ItemsPerSec: 300},
+	} {
+		rep.Results = append(rep.Results, r)
+	}
+	b.compareWithRiver(all, rep)
+	require.InDelta(t, 2.0, *rep.Results[1].RatioToRiver, 1e-9, "0s against 0s")
+	require.InDelta(t, 3.0, *rep.Results[3].RatioToRiver, 1e-9, "1ms against 1ms")
 }

@@ -151,7 +151,7 @@ func (b *bench) childEnqueue(ctx context.Context, queue string, perSecond int) (
 	}
 	opts := &bunqueue.EnqueueOpts{Queue: queue}
 	returned := map[int64]int64{}
-	p, err := b.produce(ctx, perSecond, func(ctx context.Context, job latencyJob) error {
+	p, err := b.produce(ctx, perSecond, false, func(ctx context.Context, job latencyJob) error {
 		res, err := client.Enqueue(ctx, db, job, opts)
 		if err == nil && job.Measured {
 			returned[res.ID] = time.Now().UnixNano()

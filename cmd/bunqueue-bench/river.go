@@ -269,7 +269,7 @@ func (b *bench) riverLatency(ctx context.Context, perSecond int) (result, error)
 	if err := client.Start(ctx); err != nil {
 		return result{}, fmt.Errorf("river: start the client: %w", err)
 	}
-	p, err := b.produce(ctx, perSecond, func(ctx context.Context, job latencyJob) error {
+	p, err := b.produce(ctx, perSecond, true, func(ctx context.Context, job latencyJob) error {
 		_, err := client.Insert(ctx, riverLatencyJob{job}, nil)
 		return err
 	})
@@ -306,6 +306,17 @@ func riverLatencyScenario() scenario {
 		run:  func(ctx context.Context, b *bench) (result, error) { return b.riverLatency(ctx, 300) }}
 }
 
+// riverRow returns the row of the River scenario name that ran in the
+// same pass as a row of delay (with --delay each pass has its own).
+func riverRow(results []result, name, delay string) (result, bool) {
+	for _, r := range results {
+		if name != "" && r.Scenario == name && r.Delay == delay {
+			return r, true
+		}
+	}
+	return result{}, false
+}
+
 // compareWithRiver gives each row whose scenario compares itself with a
 // River row (scenario.river) that ran in this run its comparison: a
 // throughput row its ratio to River's rate, a latency row River's
@@ -317,7 +328,7 @@ func (b *bench) compareWithRiver(selected []scenario, rep *report) {
 		versus[s.name] = s.river
 	}
 	for i, r := range rep.Results {
-		base, ok := b.results[versus[r.Scenario]]
+		base, ok := riverRow(rep.Results, versus[r.Scenario], r.Delay)
 		if !ok || r.Skipped || base.Skipped {
 			continue
 		}

@@ -28,7 +28,7 @@ func (b *bench) childRows(ctx context.Context, perSecond int) (childReport, erro
 		return childReport{}, err
 	}
 	called, returned := map[int64]int64{}, map[int64]int64{}
-	p, err := b.produce(ctx, perSecond, func(ctx context.Context, job latencyJob) error {
+	p, err := b.produce(ctx, perSecond, false, func(ctx context.Context, job latencyJob) error {
 		item := &benchItem{Status: "waiting"}
 		err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
 			if _, err := tx.NewInsert().Model(item).Exec(ctx); err != nil {
