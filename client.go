@@ -57,6 +57,9 @@ type Client struct {
 	pauses   atomic.Pointer[pauses] // set by Start: the runners PauseQueue pauses, by name
 	counts   counters               // what the workers did, for Stats
 	sig      signaling              // notifications between processes (listen.go)
+	// jobFeeds, set by Start, are the feeds of the jobs queues, by name,
+	// for handOver.
+	jobFeeds atomic.Pointer[map[string]*feed]
 }
 
 // NewClient returns a Client that works through db, a bun DB opened with
@@ -301,8 +304,13 @@ func (c *Client) run(ctx context.Context, runners []*runner) {
 	c.workers.Add(1)
 	go c.watchIdle(workCtx)
 	c.startListening(workCtx, runners)
+	jobFeeds := map[string]*feed{}
+	defer c.jobFeeds.Store(&jobFeeds)
 	for _, r := range runners {
 		f := newFeed(r)
+		if r.jobs {
+			jobFeeds[r.name] = f
+		}
 		c.workers.Add(1 + r.workers)
 		go c.fill(workCtx, f)
 		for range r.workers {
@@ -431,7 +439,8 @@ func (c *Client) work(ctx context.Context, r *runner, f *feed) {
 	apps := &appPool{}          // the goroutines its batches and handlers run in
 	defer apps.stop()
 	ctx = withAppPool(ctx, apps)
-	w := &worker{c: c, r: r, f: f, s: newSession(c.claimDB, c.dialect), log: c.cfg.Logger.With("queue", r.name), size: batchsize.Fixed(r.batch)}
+	w := &worker{c: c, r: r, f: f, s: newSession(c.claimDB, c.dialect), log: c.cfg.Logger.With("queue", r.name), size: batchsize.Fixed(r.batch),
+		wake: make(chan struct{}, 1)}
 	if r.selfSized {
 		w.size = batchsize.New(r.batch, BatchTarget)
 	}
@@ -442,9 +451,9 @@ func (c *Client) work(ctx context.Context, r *runner, f *feed) {
 			return
 		default:
 		}
-		keys, filled := f.take(w.size.Size())
+		keys := f.take(w.size.Size(), w.wake)
 		if keys == nil {
-			if !w.await(filled) {
+			if !w.await() {
 				return
 			}
 			continue
@@ -476,13 +485,14 @@ type worker struct {
 	log      *slog.Logger
 	size     *batchsize.Sizer // how many rows to take for the next batch
 	failures int              // batches failed in a row
+	wake     chan struct{}    // cap 1: the feed's signal that rows came (see feed.take)
 }
 
-// await waits until the feed has filled (filled is closed) or the client
+// await waits until the feed signals that rows came or the client
 // stops, and reports whether it did not stop. It keeps the session's
 // connection while work comes, not longer: after the queue's poll
 // interval it ends the session, then goes on waiting.
-func (w *worker) await(filled <-chan struct{}) bool {
+func (w *worker) await() bool {
 	var idle <-chan time.Time
 	t := time.NewTimer(w.r.poll)
 	defer t.Stop()
@@ -492,7 +502,7 @@ func (w *worker) await(filled <-chan struct{}) bool {
 	select {
 	case <-w.c.stopping:
 		return false
-	case <-filled:
+	case <-w.wake:
 	case <-idle:
 		w.s.end()
 	}

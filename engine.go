@@ -74,6 +74,8 @@ type runner struct {
 	keyRate *keyLimit
 	// limits are the queue's limits as configured, for Stats.
 	limits queueLimits
+	// jobs: a queue of the jobs table (see Client.handOver).
+	jobs bool
 
 	queueEngine
 }

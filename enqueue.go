@@ -111,6 +111,10 @@ func (c *Client) Enqueue(ctx context.Context, db bun.IDB, args JobArgs, opts *En
 	if opts != nil && opts.UniqueKey != "" {
 		key = &opts.UniqueKey
 	}
+	hand := c.handOverFeed(db, params[0])
+	if hand != nil {
+		ctx = context.WithValue(ctx, handOverKey{}, hand) // see handover.go
+	}
 	err = c.retryOutsideTx(ctx, db, func() (err error) {
 		res, err = c.insertJob(ctx, db, row, key)
 		return err
@@ -121,6 +125,7 @@ func (c *Client) Enqueue(ctx context.Context, db bun.IDB, args JobArgs, opts *En
 	if err := c.notifyEnqueued(ctx, db, params, res.Duplicate); err != nil { // PostgreSQL: wake other processes
 		return EnqueueResult{}, err
 	}
+	hand.handOverJob(params[0], res)
 	return res, nil
 }
 

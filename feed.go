@@ -40,8 +40,11 @@ type feed struct {
 	// contended: when the current read began, rows found locked were
 	// held back, as when other processes work the queue (see add).
 	contended bool
-	filled    chan struct{} // closed when ready gets rows; then replaced
-	low       chan struct{} // cap 1: a worker found ready short: read again
+	// waiters are the channels (cap 1) of the workers that found ready
+	// empty, in the order they came: wake signals as many of them as
+	// rows came, not every worker for one row.
+	waiters []chan struct{}
+	low     chan struct{} // cap 1: a worker found ready short: read again
 	found     chan struct{} // cap 1: the idle watcher found rows (see idle.go)
 
 	// perKey is the queue's KeyLimit, 0 without one; keyBusy counts, by
@@ -68,7 +71,6 @@ func newFeed(r *runner) *feed {
 		busy:   map[string]feedKey{},
 		late:   map[string]struct{}{},
 		held:   map[string]time.Time{},
-		filled: make(chan struct{}),
 		low:    make(chan struct{}, 1),
 		found:  make(chan struct{}, 1),
 	}
@@ -100,10 +102,11 @@ func (f *feed) pause() {
 }
 
 // take removes up to n rows from ready, at most a fair share of them for
-// each worker, and returns them; if ready had none it returns a channel
-// that is closed when it has. It asks fill to read again when fewer than
-// half a read's window is left.
-func (f *feed) take(n int) ([]feedKey, <-chan struct{}) {
+// each worker, and returns them; if it has none for the worker, it adds
+// the worker's channel wake (cap 1) to the waiters, which get a signal
+// when rows come. It asks fill to read again when fewer than half a
+// read's window is left.
+func (f *feed) take(n int, wake chan struct{}) []feedKey {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	share := (len(f.ready) + f.r.workers - 1) / f.r.workers
@@ -123,9 +126,25 @@ func (f *feed) take(n int) ([]feedKey, <-chan struct{}) {
 		}
 	}
 	if k == 0 {
-		return nil, f.filled
+		if !slices.Contains(f.waiters, wake) {
+			f.waiters = append(f.waiters, wake)
+		}
+		return nil
 	}
-	return got, nil
+	return got
+}
+
+// wakeLocked signals up to n of the waiting workers, those that waited
+// longest first. Call with f.mu held.
+func (f *feed) wakeLocked(n int) {
+	n = min(n, len(f.waiters))
+	for _, ch := range f.waiters[:n] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	f.waiters = slices.Delete(f.waiters, 0, n)
 }
 
 // takeByKey removes up to n rows from ready for one batch of a queue with
@@ -192,10 +211,7 @@ func (f *feed) done(keys []feedKey) {
 			delete(f.keyBusy, k.limitKey)
 		}
 	}
-	if len(f.ready) > 0 {
-		close(f.filled)
-		f.filled = make(chan struct{})
-	}
+	f.wakeLocked(len(f.ready))
 }
 
 // heldFor is how long the feed leaves alone a row that a claim found
@@ -239,8 +255,7 @@ func (f *feed) putBack(keys []feedKey) {
 		return
 	}
 	f.ready = append(slices.Clone(keys), f.ready...)
-	close(f.filled)
-	f.filled = make(chan struct{})
+	f.wakeLocked(len(keys))
 }
 
 // release forgets the held rows: a commit in this process may have
@@ -302,17 +317,16 @@ func (f *feed) add(found []feedKey) int {
 		f.ready = append(f.ready, k)
 		n++
 	}
-	if n > 0 {
-		close(f.filled)
-		f.filled = make(chan struct{})
-	}
+	f.wakeLocked(n)
 	return n
 }
 
 // begin starts a read: it returns how many keys to ask for (enough to
 // get past the busy rows, which the read may find again, to window new
-// ones) and forgets the rows that finished before now, which the read
-// will see as they are.
+// ones, rounded up to a quarter of the window: the read's text, whose
+// LIMIT it is, then recurs, and a driver that caches statements by their
+// text, as pgx does, finds it there) and forgets the rows that finished
+// before now, which the read will see as they are.
 func (f *feed) begin() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -323,7 +337,9 @@ func (f *feed) begin() int {
 		}
 	}
 	f.contended = len(f.held) > 0
-	return len(f.busy) + len(f.held) + f.window
+	step := max(f.window/4, minReadAhead)
+	n := len(f.busy) + len(f.held) + f.window
+	return (n + step - 1) / step * step
 }
 
 // fill reads waiting rows into ready whenever the workers run short.

@@ -31,22 +31,24 @@ func TestFeedHandsOutEachRowOnce(t *testing.T) {
 	require.Equal(t, 2*10*50, newFeed(&runner{runSettings: runSettings{workers: 10, batch: 50}}).window, "window: two rounds of large batches")
 	require.Equal(t, 3, f.add(keys("a", "b", "c")))
 
-	got, _ := f.take(2)
+	wake := make(chan struct{}, 1)
+	got := f.take(2, wake)
 	require.Equal(t, []string{"a", "b"}, ids(got), "a fair share: ceil(3 ready / 2 workers)")
-	got, _ = f.take(2)
+	got = f.take(2, wake)
 	require.Equal(t, []string{"c"}, ids(got))
-	got, filled := f.take(2)
+	got = f.take(2, wake)
 	require.Nil(t, got)
-	require.NotNil(t, filled)
+	require.Len(t, f.waiters, 1, "the worker waits")
 
 	// A read that finds busy rows again skips them, and asks past them.
-	require.Equal(t, 3+32, f.begin())
+	require.Equal(t, 48, f.begin(), "3 busy and 32 new, rounded up to 16: the read's text recurs")
 	require.Equal(t, 1, f.add(keys("a", "b", "c", "d")))
 	select {
-	case <-filled:
+	case <-wake:
 	default:
 		t.Fatal("adding rows wakes the workers that found none")
 	}
+	require.Empty(t, f.waiters)
 
 	// A row that finished before a read began is handed out again if the
 	// read finds it (it came back to the queue).
@@ -67,7 +69,7 @@ func TestFeedHandsOutEachRowOnce(t *testing.T) {
 	// read asks past it meanwhile.
 	f.finish(keys("c", "d"), batchResult{got: []string{"d"}})
 	busy := len(f.busy)
-	require.Equal(t, busy+1+f.window, f.begin())
+	require.Equal(t, (busy+1+f.window+15)/16*16, f.begin())
 	require.Equal(t, 1, f.add(keys("c", "d")), "c is held, d is not")
 	f.release()
 	f.begin()
@@ -107,17 +109,18 @@ func TestFeedKeepsBatchesOfAKeyApart(t *testing.T) {
 	require.Equal(t, 8, f.add(keyed("1:a", "2:b", "3:a", "4:c", "5", "6:b", "7:d", "8:a")))
 
 	// Eight rows for two workers: four a batch. Four free keys: two a batch.
-	first, _ := f.take(10)
+	first := f.take(10, make(chan struct{}, 1))
 	require.Equal(t, []string{"1", "2", "3", "5"}, ids(first), "keys a and b, and the row without a key")
-	second, _ := f.take(10)
+	second := f.take(10, make(chan struct{}, 1))
 	require.Equal(t, []string{"4"}, ids(second), "c: one of the two keys left free, its share")
-	third, _ := f.take(10)
+	third := f.take(10, make(chan struct{}, 1))
 	require.Equal(t, []string{"7"}, ids(third), "d: b and a are held")
 	f.begin()
 	require.Equal(t, 3, f.add(keyed("9:a", "10:c", "11:e")))
-	fourth, _ := f.take(10)
+	fourth := f.take(10, make(chan struct{}, 1))
 	require.Equal(t, []string{"11"}, ids(fourth), "e: a, b and c are held")
-	none, filled := f.take(10)
+	filled := make(chan struct{}, 1)
+	none := f.take(10, filled)
 	require.Nil(t, none, "only rows of held keys are left")
 	require.Equal(t, []string{"6", "8", "9", "10"}, ids(f.ready), "in their order")
 
@@ -128,15 +131,15 @@ func TestFeedKeepsBatchesOfAKeyApart(t *testing.T) {
 	default:
 		t.Fatal("a key that comes free wakes the workers waiting for rows")
 	}
-	got, _ := f.take(10)
+	got := f.take(10, make(chan struct{}, 1))
 	require.Equal(t, []string{"6"}, ids(got), "b is free again, and a; one key for this batch")
-	got2, _ := f.take(10)
+	got2 := f.take(10, make(chan struct{}, 1))
 	require.Equal(t, []string{"8", "9"}, ids(got2), "a's rows together; c is still held")
 	for _, b := range [][]feedKey{second, third, fourth, got, got2} {
 		f.done(b)
 	}
 	require.Empty(t, f.keyBusy, "every key given back")
-	got, _ = f.take(10)
+	got = f.take(10, make(chan struct{}, 1))
 	require.Equal(t, []string{"10"}, ids(got))
 }
 
@@ -145,10 +148,40 @@ func TestFeedKeyLimitOfTwo(t *testing.T) {
 	f := newFeed(&runner{runSettings: runSettings{workers: 3, batch: 10}, keys: &keyLimit{n: 2}})
 	f.begin()
 	f.add(keyed("1:a", "2:a", "3:a"))
-	one, _ := f.take(1)
-	two, _ := f.take(1)
-	three, _ := f.take(1)
+	one := f.take(1, make(chan struct{}, 1))
+	two := f.take(1, make(chan struct{}, 1))
+	three := f.take(1, make(chan struct{}, 1))
 	require.Equal(t, []string{"1"}, ids(one))
 	require.Equal(t, []string{"2"}, ids(two))
 	require.Nil(t, three, "a third batch of key a waits")
+}
+
+// Rows that come wake as many waiting workers as there are rows, those
+// that waited longest first, not every worker for one row.
+func TestFeedWakesOneWorkerARow(t *testing.T) {
+	f := newFeed(&runner{runSettings: runSettings{workers: 3, batch: 1}})
+	chans := []chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{}, 1)}
+	for _, ch := range chans {
+		require.Nil(t, f.take(1, ch))
+		require.Nil(t, f.take(1, ch), "a worker waits once, however often it looks")
+	}
+	require.Len(t, f.waiters, 3)
+	woken := func() []int {
+		var out []int
+		for i, ch := range chans {
+			select {
+			case <-ch:
+				out = append(out, i)
+			default:
+			}
+		}
+		return out
+	}
+	f.begin()
+	require.Equal(t, 1, f.add(keys("a")))
+	require.Equal(t, []int{0}, woken(), "one row, one worker: the first that waited")
+	f.begin()
+	require.Equal(t, 2, f.add(keys("b", "c")))
+	require.Equal(t, []int{1, 2}, woken())
+	require.Empty(t, f.waiters)
 }

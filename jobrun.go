@@ -37,7 +37,7 @@ func (c *Client) jobRunner(name string, qc JobQueueConfig) *runner {
 		l := &leaseRunner{c: c, queue: name, cfg: qc, hooks: h, jobs: jobsQueue(c, name, leaseHandler, claims), slots: c.newSlots(name, qc.GlobalLimit)}
 		return &runner{
 			name: name, runSettings: runSettings{workers: limitedWorkers(qc.Workers, qc.GlobalLimit), batch: qc.BatchSize, selfSized: qc.selfSized, poll: qc.PollInterval},
-			wake: make(chan struct{}, 1), slots: l.slots, keys: l.jobs.keyLimit, rate: l.jobs.rate, keyRate: l.jobs.keyRate, queueEngine: l,
+			wake: make(chan struct{}, 1), slots: l.slots, keys: l.jobs.keyLimit, rate: l.jobs.rate, keyRate: l.jobs.keyRate, queueEngine: l, jobs: true,
 		}
 	}
 	q := jobsQueue(c, name,
@@ -73,6 +73,7 @@ func (c *Client) jobRunner(name string, qc JobQueueConfig) *runner {
 	q.hooks = hooks{} // runLocked calls them around the worker, not its completion
 	r := q.runner()
 	r.queueEngine = notingFates{r.queueEngine}
+	r.jobs = true
 	return r
 }
 

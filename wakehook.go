@@ -3,6 +3,7 @@ package bunqueue
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -282,6 +283,9 @@ func (w *watch) woken(ctx context.Context, e *bun.QueryEvent, ws []*watcher) []*
 	}
 	if op == opInsert {
 		ws = byQueueLiteral(ws, e.Query)
+		if f, _ := ctx.Value(handOverKey{}).(*feed); f != nil {
+			ws = slices.DeleteFunc(ws, func(w *watcher) bool { return w.r == f.r }) // handed over: see handover.go
+		}
 	}
 	return ws
 }
