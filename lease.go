@@ -98,13 +98,14 @@ func (l *leaseRunner) runBatch(ctx context.Context, _ *session, limit int, keys 
 	keeper.slots = held
 	go keeper.beat(ctx)
 	defer keeper.stop()
+	done := &leaseCompletions{l: l, keeper: keeper, token: token}
 	for i := range rows {
-		if ierr := l.runOne(ctx, keeper, &rows[i], token, &res.work); ierr != nil {
-			res.itemErrs = append(res.itemErrs, ierr)
-		} else {
-			res.done++
+		if done.due() {
+			done.flush(ctx, &res)
 		}
+		l.runOne(ctx, keeper, &rows[i], token, &res, done)
 	}
+	done.flush(ctx, &res)
 	return res
 }
 
@@ -221,19 +222,40 @@ func (l *leaseRunner) lease(ctx context.Context, tx bun.Tx, rows []jobRow, token
 }
 
 // runOne runs one leased job and completes, fails or releases it, if the
-// lease is still this worker's. It adds the time its worker ran to work.
-func (l *leaseRunner) runOne(ctx context.Context, keeper *leaseKeeper, row *jobRow, token string, work *time.Duration) (ierr error) {
-	defer func() { l.c.finishedJob(l.queue, ierr) }() // counts for Client.Stats
+// lease is still this worker's, and records what became of it in res
+// (the time its worker ran in res.work). A job that succeeded among
+// quick ones waits in done to be completed with the others.
+func (l *leaseRunner) runOne(ctx context.Context, keeper *leaseKeeper, row *jobRow, token string, res *batchResult, done *leaseCompletions) {
 	j := &leasedJob{l: l, row: row, token: token, fate: newJobFate(row, row.Attempts)}
 	end := j.trace(ctx)
-	defer func() { end(ierr) }()
 	began := time.Now()
 	gone, err := j.work(ctx, keeper)
-	*work += time.Since(began)
-	if gone {
-		return j.failure(errors.New("bunqueue: the job's lease was lost before it started; another worker may hold it now"))
+	took := time.Since(began)
+	res.work += took
+	var ierr error
+	switch {
+	case gone:
+		ierr = j.failure(errors.New("bunqueue: the job's lease was lost before it started; another worker may hold it now"))
+	case err == nil && ctx.Err() == nil && done.takes(took):
+		keeper.ran(row.ID) // its lease is kept until it is completed
+		done.add(j, end)
+		return
+	default:
+		ierr = j.settle(ctx, err, keeper.finish(row.ID))
 	}
-	return j.settle(ctx, err, keeper.finish(row.ID))
+	l.record(res, ierr, end)
+}
+
+// record ends a job's spans with ierr, its error for the batch (nil once
+// it completed), counts it for Client.Stats and adds it to res.
+func (l *leaseRunner) record(res *batchResult, ierr error, end func(ierr error)) {
+	end(ierr)
+	l.c.finishedJob(l.queue, ierr)
+	if ierr != nil {
+		res.itemErrs = append(res.itemErrs, ierr)
+	} else {
+		res.done++
+	}
 }
 
 // leasedJob is one job of a lease-mode batch while runOne takes it
@@ -332,6 +354,13 @@ func (j *leasedJob) settle(ctx context.Context, err error, lost bool) error {
 	if ferr != nil {
 		return j.failure(fmt.Errorf("bunqueue: finishing the job failed (its lease will expire and it will run again): %w (job result: %v)", ferr, err))
 	}
+	return j.leaseGone(lost, err)
+}
+
+// leaseGone is the failure of a job whose result, err, was not recorded
+// because its lease was no longer this worker's: lost (the keeper knew
+// it lost) or expired.
+func (j *leasedJob) leaseGone(lost bool, err error) error {
 	why := "the lease expired"
 	if lost {
 		why = "the lease was lost"
@@ -406,6 +435,14 @@ func (k *leaseKeeper) start(id int64, cancel context.CancelFunc) bool {
 	}
 	k.running, k.cancel = id, cancel
 	return true
+}
+
+// ran marks the job as no longer running; its lease is kept alive until
+// finish.
+func (k *leaseKeeper) ran(id int64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.running, k.cancel = 0, nil
 }
 
 // finish marks the job as no longer running nor kept alive; it reports

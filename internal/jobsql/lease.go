@@ -43,3 +43,26 @@ func (s SQL) Leased(ctx context.Context, db bun.IDB, ids []int64, token string) 
 	err := scan(ctx, db, &still, "SELECT id FROM "+s.byIDs()+" WHERE id IN (?) AND lease_token = ?", bun.List(ids), token)
 	return still, err
 }
+
+// LockLeased locks, in tx, those of the jobs of ids that are still
+// leased with token, in the order of their ids (the order every
+// completion takes them in), and returns their ids.
+func (s SQL) LockLeased(ctx context.Context, tx bun.IDB, ids []int64, token string) ([]int64, error) {
+	q := "SELECT id FROM " + s.byIDs() + " WHERE id IN (?) AND lease_token = ? ORDER BY id"
+	if lock := s.d.ForUpdate(); lock != "" {
+		q += " FOR " + lock
+	}
+	var ours []int64
+	err := scan(ctx, tx, &ours, q, bun.List(ids), token)
+	return ours, err
+}
+
+// CompleteLeased completes the jobs of ids, leased jobs that tx locks
+// (see LockLeased), in one statement: deletes them, or, with keep, keeps
+// them as completed; their attempts were counted when they were leased.
+func (s SQL) CompleteLeased(ctx context.Context, tx bun.IDB, keep bool, ids []int64) error {
+	if keep {
+		return exec(ctx, tx, "UPDATE "+s.byIDs()+" SET "+s.completedSet(false)+" WHERE id IN (?)", bun.List(ids))
+	}
+	return exec(ctx, tx, s.d.DeleteIDs(Jobs, len(ids)), int64Args(ids)...)
+}
