@@ -1203,7 +1203,7 @@ func (b *bench) produce(ctx context.Context, perSecond int, concurrent bool, enq
 }
 
 // producers bounds the calls a concurrent producer has running at once.
-const producers = 64
+const producers = 8
 
 // latencyResult is the row of a latency scenario: lat are the latencies of
 // the jobs started of the inWindow enqueued during window.
