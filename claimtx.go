@@ -232,9 +232,10 @@ func (b *claimTx[T]) run(ctx context.Context) bool {
 // in a transaction of its own, so that the one that hangs fails alone.
 func (b *claimTx[T]) runWhole(ctx context.Context) bool {
 	hctx, rk := b.q.watchRekey(ctx)
+	b.sp.stmts.start()
 	began := time.Now()
 	b.whole, b.wholeTaken, b.spans, b.res.err = b.q.runWhole(hctx, b.tx, b.sp, b.span, b.items)
-	b.res.work += time.Since(began)
+	b.res.work += b.sp.stmts.work(time.Since(began))
 	for i := range b.rekeyed {
 		b.rekeyed[i] = rk.changed()
 	}
@@ -259,12 +260,13 @@ func (b *claimTx[T]) runItem(ctx context.Context, i int) bool {
 	b.spans = append(b.spans, it)
 	tx := b.tx
 	hctx, rk := q.watchRekey(it.ctx)
+	b.sp.stmts.start()
 	began := time.Now()
 	herr := q.callUnderTimeout(hctx, tx, func(ctx context.Context) error {
 		return q.hooks.run(ctx, func() *WorkInfo { return q.workInfo(&b.items[i]) },
 			func() error { return q.handler(ctx, tx, &b.items[i]) })
 	})
-	b.res.work += time.Since(began)
+	b.res.work += b.sp.stmts.work(time.Since(began))
 	b.rekeyed[i] = rk.changed()
 	if !b.disarmSavepoint(i) {
 		return false
@@ -359,9 +361,10 @@ func (b *claimTx[T]) rollbackItem(ctx context.Context, i int) bool {
 func (b *claimTx[T]) onError(ctx context.Context, i int, claimed *T, herr error) bool {
 	q := b.q
 	b.armSavepoint(i)
+	b.sp.stmts.start()
 	began := time.Now()
 	oerr := callApp(ctx, func() error { return q.cfg.OnError(ctx, b.tx, claimed, herr) })
-	b.res.work += time.Since(began)
+	b.res.work += b.sp.stmts.work(time.Since(began))
 	if !b.disarmSavepoint(i) {
 		return false
 	}
