@@ -45,7 +45,7 @@ type feed struct {
 	// rows came, not every worker for one row.
 	waiters []chan struct{}
 	low     chan struct{} // cap 1: a worker found ready short: read again
-	found     chan struct{} // cap 1: the idle watcher found rows (see idle.go)
+	found   chan struct{} // cap 1: the idle watcher found rows (see idle.go)
 
 	// perKey is the queue's KeyLimit, 0 without one; keyBusy counts, by
 	// KeyLimit key, the batches taken and not yet done that hold rows of

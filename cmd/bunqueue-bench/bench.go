@@ -383,7 +383,9 @@ func (b *bench) run(ctx context.Context, selected []scenario) (*report, error) {
 	fmt.Fprintf(b.progress, "bunqueue-bench: %d scenarios, %s measured each after %s of warm-up (about %s plus set-up, fills and bursts), server %s\n",
 		len(selected)*passes, b.duration, b.warmup, total.Round(time.Second), rep.Server)
 	if len(b.delays) == 0 {
-		return rep, b.runScenarios(ctx, rep, selected)
+		if err := b.runScenarios(ctx, rep, selected); err != nil {
+			return rep, err
+		}
 	}
 	for _, d := range b.delays {
 		if err := b.runDelayed(ctx, rep, selected, d); err != nil {
