@@ -3,225 +3,200 @@ package bunqueue
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/uptrace/bun"
-
-	"github.com/bunqueue/bunqueue/internal/jobsql"
 )
 
-// JobState is where a job is in its life, as JobGet and JobList report
-// it and JobListFilter.States selects it. The jobs table keeps a state
-// column of two values, waiting (which includes leased) and completed;
-// the four waiting states are told apart by the job's other columns, and
-// failed jobs are the rows of bunqueue_failed_jobs.
-type JobState string
-
+// heldTries and heldWait bound how long a job action waits for a job that
+// another transaction holds locked: a lease-mode claim holds it for the
+// moment of its short transaction, after which it reads as running; a
+// lock-mode worker holds it for the whole job, and the action gives up
+// with ErrJobRunning rather than wait for the job to end.
 const (
-	// JobStatePending is a job on its first attempt that is due: it runs
-	// when a worker is free.
-	JobStatePending JobState = "pending"
-	// JobStateScheduled is a job on its first attempt whose RunAt (or
-	// Delay, or Snooze) has not come yet.
-	JobStateScheduled JobState = "scheduled"
-	// JobStateRunning is a job that a lease-mode worker holds, its lease
-	// not over. A job that a lock-mode worker runs holds only a row lock,
-	// which a read does not see: it reads as pending or retrying, and
-	// JobCancel, JobDelete and JobRunNow return ErrJobRunning for it.
-	JobStateRunning JobState = "running"
-	// JobStateRetrying is a job that was attempted before and waits for
-	// its next attempt (its backoff, or a worker), or whose lease ran out.
-	JobStateRetrying JobState = "retrying"
-	// JobStateCompleted is a job that completed, kept for
-	// Config.Retention; without it a completed job is deleted.
-	JobStateCompleted JobState = "completed"
-	// JobStateFailed is a job that used up its attempts or was cancelled
-	// (by its worker, with Cancel, or by JobCancel): a row of
-	// bunqueue_failed_jobs, which RetryFailed puts back.
-	JobStateFailed JobState = "failed"
+	heldTries = 8
+	heldWait  = 30 * time.Millisecond
 )
 
-// jobStates are the valid states, in the order of their life.
-var jobStates = []JobState{JobStatePending, JobStateScheduled, JobStateRunning, JobStateRetrying, JobStateCompleted, JobStateFailed}
-
-var (
-	// ErrJobNotFound is wrapped by the errors of JobGet, JobCancel,
-	// JobDelete and JobRunNow for an id that is neither a job's of
-	// bunqueue_jobs nor a failed job's job id: it never was, or it
-	// completed and was not kept, or was deleted.
-	ErrJobNotFound = errors.New("bunqueue: no job with that id")
-	// ErrJobRunning is wrapped by the errors of JobCancel, JobDelete and
-	// JobRunNow for a job that a worker holds: in lock mode, its claim
-	// transaction locks it until the job ends, and nothing was changed;
-	// JobDelete and JobRunNow also refuse a running lease-mode job, which
-	// JobCancel cancels.
-	ErrJobRunning = errors.New("bunqueue: the job is running")
-	// ErrJobFinished is wrapped by the errors of JobCancel and JobRunNow
-	// for a job that completed or failed: there is nothing left to cancel
-	// or to run (RetryFailed puts a failed job back).
-	ErrJobFinished = errors.New("bunqueue: the job has finished")
-)
-
-// cancelledText is the error a job cancelled by JobCancel is kept with in
-// bunqueue_failed_jobs.
-const cancelledText = "bunqueue: cancelled with JobCancel"
-
-// JobRecord is a job as JobGet and JobList read it: from bunqueue_jobs,
-// or, for a failed job, from bunqueue_failed_jobs (Failed).
-type JobRecord struct {
-	// ID is the job's id in bunqueue_jobs; for a failed job, the id it
-	// had there (FailedJob.JobID).
-	ID    int64
-	Queue string
-	Kind  string
-	State JobState
-	// Args are the job's arguments as they were enqueued: JSON, byte for
-	// byte.
-	Args json.RawMessage
-	// Metadata is what EnqueueOpts.Metadata carried, or nil.
-	Metadata map[string]string
-	Priority int
-	// Attempts counts the job's attempts that ended (failed, snoozed
-	// ones excepted, or completed) and, in lease mode, the one running;
-	// a completed job's are its runs. MaxAttempts is how many it gets.
-	Attempts    int
-	MaxAttempts int
-	// RunAt is when the job is due; for a running lease-mode job, when
-	// its lease ends. Zero for a failed job.
-	RunAt     time.Time
-	CreatedAt time.Time
-	// CompletedAt is when a completed job completed; nil otherwise.
-	CompletedAt *time.Time
-	// LastError is the error of the job's last failed attempt, or "";
-	// for a completed job, "" (Errors keeps its failed attempts).
-	LastError string
-	// Errors are the job's failed attempts, oldest first: the newest
-	// AttemptErrorsKept of them, kept while the job waits, after it
-	// completed (for Config.Retention), after it failed, and when
-	// RetryFailed puts it back. A job cancelled with JobCancel between
-	// attempts gains no entry: its Failed.Error says it was cancelled.
-	Errors AttemptErrors
-	// UniqueKey is the job's EnqueueOpts.UniqueKey while it waits or runs
-	// (a completed job's key is released), or nil.
-	UniqueKey *string
-	// Output is what the job's worker recorded with RecordOutput, for a
-	// completed job kept for Config.Retention; nil otherwise.
-	Output json.RawMessage
-	// Failed is the job's row of bunqueue_failed_jobs when State is
-	// JobStateFailed (its ID is the one RetryFailed and DeleteFailed
-	// take); nil otherwise.
-	Failed *FailedJob
+// JobCancel cancels the job id: it moves the job, as it is, to the failed
+// jobs, with the error "bunqueue: cancelled with JobCancel", where
+// JobGet, JobList, FailedJobs and the CLI show it, and from where
+// RetryFailed puts it back. A cancelled job is kept, as River keeps it in
+// its cancelled state: an operator can see what was cancelled, and undo
+// it; JobDelete removes it for good.
+//
+// It returns the state the job was in. A pending, scheduled or retrying
+// job never runs after JobCancel returned. A running lease-mode job
+// (JobStateRunning) runs on until its worker's next heartbeat, a third of
+// the queue's Lease at most, which finds its lease gone and cancels the
+// job's context; its result is not recorded. A job that a lock-mode
+// worker runs is locked by its claim transaction: JobCancel changes
+// nothing and returns an error that wraps ErrJobRunning at once (after a
+// few tries over a fraction of a second), and the job ends as its worker
+// says. On SQLite, which has no row locks, JobCancel waits for the
+// running job's transaction (the database's write lock, up to the pool's
+// busy_timeout) instead, then cancels the job if it is to run again, or
+// reports that it finished. A
+// job that completed or failed is an error that wraps ErrJobFinished; an
+// unknown id, ErrJobNotFound.
+func (c *Client) JobCancel(ctx context.Context, id int64) (JobState, error) {
+	var was JobState
+	err := c.inTx(ctx, func(ctx context.Context, tx bun.Tx) (err error) {
+		was, err = c.JobCancelTx(ctx, tx, id)
+		return err
+	})
+	return was, err
 }
 
-// controlRow is a row of bunqueue_jobs with the columns of
-// jobsql.SQL.JobColumns (all of jobRow's but trace_context).
-type controlRow struct {
-	jobRow
-	Output []byte
-	Errors AttemptErrors `bun:"attempt_errors"`
-	Due    int           // 1 when run_at has come, by the database clock
-}
-
-// jobState is the row's JobState, as jobsql's waiting predicates have it.
-func (r *controlRow) jobState() JobState {
-	switch {
-	case r.State == jobsql.Completed:
-		return JobStateCompleted
-	case r.LeaseToken != nil && r.Due == 0:
-		return JobStateRunning
-	case r.Attempts > 0:
-		return JobStateRetrying
-	case r.Due == 1:
-		return JobStatePending
-	}
-	return JobStateScheduled
-}
-
-// record returns the row as a JobRecord, its times in UTC.
-func (r *controlRow) record() (JobRecord, error) {
-	rec := JobRecord{
-		ID: r.ID, Queue: r.Queue, Kind: r.Kind, State: r.jobState(), Args: r.Args, Priority: r.Priority,
-		Attempts: r.Attempts, MaxAttempts: r.MaxAttempts, RunAt: r.RunAt.UTC(), CreatedAt: r.CreatedAt.UTC(),
-		UniqueKey: r.UniqueKey, Output: r.Output, Errors: r.Errors,
-	}
-	if r.CompletedAt != nil {
-		t := r.CompletedAt.UTC()
-		rec.CompletedAt = &t
-	}
-	if r.LastError != nil {
-		rec.LastError = *r.LastError
-	}
-	if len(r.Metadata) > 0 {
-		if err := json.Unmarshal(r.Metadata, &rec.Metadata); err != nil {
-			return JobRecord{}, fmt.Errorf("bunqueue: decode the metadata of job %d: %w", r.ID, err)
+// JobCancelTx is JobCancel through db: in a transaction of the app's, the
+// job is cancelled if and only if that transaction commits, and it stays
+// locked until then, so no worker claims it meanwhile.
+func (c *Client) JobCancelTx(ctx context.Context, db bun.IDB, id int64) (JobState, error) {
+	var was JobState
+	err := c.jobAction(ctx, db, "cancel", id, func(ctx context.Context, tx bun.Tx, row *controlRow) error {
+		if row == nil {
+			return c.notWaiting(ctx, tx, id)
 		}
-	}
-	return rec, nil
-}
-
-// failedRecord returns a failed job as a JobRecord.
-func failedRecord(f *FailedJob) (JobRecord, error) {
-	f.CreatedAt, f.FailedAt = f.CreatedAt.UTC(), f.FailedAt.UTC()
-	rec := JobRecord{
-		ID: f.JobID, Queue: f.Queue, Kind: f.Kind, State: JobStateFailed, Args: f.Args, Priority: f.Priority,
-		Attempts: f.Attempts, MaxAttempts: f.MaxAttempts, CreatedAt: f.CreatedAt, LastError: f.Error,
-		UniqueKey: f.UniqueKey, Errors: f.Errors, Failed: f,
-	}
-	if len(f.Metadata) > 0 {
-		if err := json.Unmarshal(f.Metadata, &rec.Metadata); err != nil {
-			return JobRecord{}, fmt.Errorf("bunqueue: decode the metadata of failed job %d: %w", f.ID, err)
+		if was = row.jobState(); was == JobStateCompleted {
+			return fmt.Errorf("%w: it completed", ErrJobFinished)
 		}
-	}
-	return rec, nil
-}
-
-// JobGet reads the job id: from the jobs table while it waits, runs or is
-// kept completed, and from the failed jobs once it failed or was
-// cancelled (its id there is its job id). An id that is neither is an
-// error that wraps ErrJobNotFound. The job control calls need the jobs
-// tables of schema version 4 (Migrate), which adds the output column and
-// the indexes they read through.
-func (c *Client) JobGet(ctx context.Context, id int64) (*JobRecord, error) {
-	return c.JobGetTx(ctx, c.db, id)
-}
-
-// JobGetTx is JobGet through db, a transaction or a connection of the
-// app's.
-func (c *Client) JobGetTx(ctx context.Context, db bun.IDB, id int64) (*JobRecord, error) {
-	rec, err := c.getJob(ctx, db, id)
+		_, err := c.jobSQL().MoveToFailed(ctx, tx, id, "", row.Attempts, cancelledText, false)
+		return err
+	})
 	if err != nil {
-		return nil, fmt.Errorf("bunqueue: get job %d: %w", id, c.notMigrated(err))
+		return "", err
 	}
-	return &rec, nil
+	return was, nil
 }
 
-// getJob reads the job id from the jobs table, else from the failed
-// jobs. A job that moves to the failed jobs in between is found there:
-// the move commits its insert there with its delete here.
-func (c *Client) getJob(ctx context.Context, db bun.IDB, id int64) (JobRecord, error) {
-	var row controlRow
-	err := c.jobSQL().GetJob(ctx, db, id, &row)
+// JobDelete deletes the job id for good, whatever its state but running:
+// a waiting or completed job from the jobs table, a failed or cancelled
+// one from the failed jobs. A running job is an error that wraps
+// ErrJobRunning (JobCancel a running lease-mode job first); an unknown id,
+// ErrJobNotFound.
+func (c *Client) JobDelete(ctx context.Context, id int64) error {
+	return c.inTx(ctx, func(ctx context.Context, tx bun.Tx) error { return c.JobDeleteTx(ctx, tx, id) })
+}
+
+// JobDeleteTx is JobDelete through db: in a transaction of the app's, the
+// job is gone if and only if that transaction commits.
+func (c *Client) JobDeleteTx(ctx context.Context, db bun.IDB, id int64) error {
+	return c.jobAction(ctx, db, "delete", id, func(ctx context.Context, tx bun.Tx, row *controlRow) error {
+		if row == nil {
+			gone, err := c.jobSQL().DeleteFailedByJobID(ctx, tx, id)
+			if err == nil && !gone {
+				err = ErrJobNotFound
+			}
+			return err
+		}
+		if row.jobState() == JobStateRunning {
+			return fmt.Errorf("%w: a lease-mode worker holds it; cancel it first (JobCancel)", ErrJobRunning)
+		}
+		return c.jobSQL().DeleteJob(ctx, tx, id)
+	})
+}
+
+// JobRunNow makes the job id due now: a scheduled job, or a retrying job
+// waiting for its backoff, runs when a worker is free, before the jobs of
+// its priority that became due after now. A job already due keeps its
+// place. A running job is an error that wraps ErrJobRunning; a completed
+// or failed one, ErrJobFinished (RetryFailed puts a failed job back); an
+// unknown id, ErrJobNotFound.
+func (c *Client) JobRunNow(ctx context.Context, id int64) error {
+	return c.inTx(ctx, func(ctx context.Context, tx bun.Tx) error { return c.JobRunNowTx(ctx, tx, id) })
+}
+
+// JobRunNowTx is JobRunNow through db: in a transaction of the app's, the
+// job is due now if that transaction commits, by the clock of its
+// update.
+func (c *Client) JobRunNowTx(ctx context.Context, db bun.IDB, id int64) error {
+	var queue string
+	err := c.jobAction(ctx, db, "run now", id, func(ctx context.Context, tx bun.Tx, row *controlRow) error {
+		if row == nil {
+			return c.notWaiting(ctx, tx, id)
+		}
+		switch row.jobState() {
+		case JobStateCompleted:
+			return fmt.Errorf("%w: it completed", ErrJobFinished)
+		case JobStateRunning:
+			return fmt.Errorf("%w: a lease-mode worker holds it", ErrJobRunning)
+		}
+		if row.Due == 1 {
+			return nil
+		}
+		queue = row.Queue
+		return c.jobSQL().RunNow(ctx, tx, id)
+	})
+	if err != nil || queue == "" {
+		return err
+	}
+	return c.notifyEnqueued(ctx, db, []EnqueueParams{{Opts: &EnqueueOpts{Queue: queue}}}, false) // PostgreSQL: wake the workers
+}
+
+// jobAction runs fn in a transaction of db (a savepoint, in a
+// transaction) with the job id locked: row is the job, or nil if it is
+// not in the jobs table. A job that another transaction holds is an error
+// that wraps ErrJobRunning. The error names the action.
+func (c *Client) jobAction(ctx context.Context, db bun.IDB, action string, id int64, fn func(ctx context.Context, tx bun.Tx, row *controlRow) error) error {
+	err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
+		row, err := c.lockJob(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		return fn(ctx, tx, row)
+	})
+	if err != nil {
+		return fmt.Errorf("bunqueue: %s job %d: %w", action, id, c.notMigrated(err))
+	}
+	return nil
+}
+
+// lockJob locks the job id in tx, skipping it while another transaction
+// holds it, and reads it; nil if it is not in the jobs table.
+func (c *Client) lockJob(ctx context.Context, tx bun.Tx, id int64) (*controlRow, error) {
+	jobs := c.jobSQL()
+	for try := 1; ; try++ {
+		row := new(controlRow)
+		locked, err := jobs.LockJob(ctx, tx, id, row)
+		if err != nil || locked {
+			return row, err
+		}
+		err = jobs.GetJob(ctx, tx, id, row)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if try == heldTries {
+			return nil, fmt.Errorf("%w: a worker holds its row locked (in lock mode, until the job ends); nothing was changed", ErrJobRunning)
+		}
+		t := time.NewTimer(heldWait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// notWaiting is the error of an action on the job id, which is not in the
+// jobs table: ErrJobFinished if it failed, else ErrJobNotFound.
+func (c *Client) notWaiting(ctx context.Context, db bun.IDB, id int64) error {
+	_, err := c.getFailed(ctx, db, id)
 	if err == nil {
-		return row.record()
+		return fmt.Errorf("%w: it failed or was cancelled (RetryFailed puts it back)", ErrJobFinished)
 	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return JobRecord{}, err
-	}
-	return c.getFailed(ctx, db, id)
+	return err
 }
 
-// getFailed reads the failed job whose job id is id.
-func (c *Client) getFailed(ctx context.Context, db bun.IDB, id int64) (JobRecord, error) {
-	f := new(FailedJob)
-	err := c.jobSQL().FailedByJobID(ctx, db, id, f)
-	if errors.Is(err, sql.ErrNoRows) {
-		return JobRecord{}, ErrJobNotFound
-	}
-	if err != nil {
-		return JobRecord{}, err
-	}
-	return failedRecord(f)
+// inTx runs fn in a READ COMMITTED transaction of the client's pool,
+// again after a conflict (deadlock, lock wait timeout).
+func (c *Client) inTx(ctx context.Context, fn func(ctx context.Context, tx bun.Tx) error) error {
+	return c.retry(ctx, func() error {
+		return c.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, fn)
+	})
 }

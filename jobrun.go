@@ -11,7 +11,6 @@ import (
 	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/bunqueue/bunqueue/internal/backoff"
 	"github.com/bunqueue/bunqueue/internal/jobsql"
 )
 
@@ -262,36 +261,6 @@ func errorText(err error) string {
 	}
 	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", `\x00`)
 	return jobsql.CutText(s, 60000)
-}
-
-// clean deletes completed jobs older than Config.Retention, in batches by
-// primary key, until Stop.
-func (c *Client) clean(ctx context.Context) {
-	defer c.workers.Done()
-	every := min(max(c.cfg.Retention/2, time.Second), time.Minute)
-	log := c.cfg.Logger.With("queue", "jobs")
-	for {
-		t := time.NewTimer(backoff.Jitter(every, 0.1))
-		select {
-		case <-c.stopping:
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		for {
-			const batch = 1000
-			n, err := c.jobSQL().DeleteCompleted(ctx, c.db, c.cfg.Retention, batch)
-			if err != nil {
-				if ctx.Err() == nil {
-					log.ErrorContext(ctx, "bunqueue: delete completed jobs", "error", err)
-				}
-				break
-			}
-			if n < batch {
-				break
-			}
-		}
-	}
 }
 
 // workInfo describes a job to the lifecycle hooks.

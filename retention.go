@@ -1,0 +1,38 @@
+package bunqueue
+
+import (
+	"context"
+	"time"
+
+	"github.com/bunqueue/bunqueue/internal/backoff"
+)
+
+// clean deletes completed jobs older than Config.Retention, in batches by
+// primary key, until Stop.
+func (c *Client) clean(ctx context.Context) {
+	defer c.workers.Done()
+	every := min(max(c.cfg.Retention/2, time.Second), time.Minute)
+	log := c.cfg.Logger.With("queue", "jobs")
+	for {
+		t := time.NewTimer(backoff.Jitter(every, 0.1))
+		select {
+		case <-c.stopping:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		for {
+			const batch = 1000
+			n, err := c.jobSQL().DeleteCompleted(ctx, c.db, c.cfg.Retention, batch)
+			if err != nil {
+				if ctx.Err() == nil {
+					log.ErrorContext(ctx, "bunqueue: delete completed jobs", "error", err)
+				}
+				break
+			}
+			if n < batch {
+				break
+			}
+		}
+	}
+}
