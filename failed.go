@@ -130,13 +130,7 @@ func (c *Client) RetryFailedTx(ctx context.Context, db bun.IDB, id int64) (int64
 			return err
 		}
 		newID = res.ID
-		if !res.Duplicate {
-			if err := jobs.CopyAttemptErrors(ctx, tx, id, newID); err != nil {
-				return err
-			}
-		}
-		_, err = jobs.DeleteFailed(ctx, tx, id)
-		return err
+		return c.finisher().Revive(ctx, tx, id, newID, res.Duplicate)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("bunqueue: retry failed job %d: %w", id, c.notMigrated(err))
@@ -152,7 +146,11 @@ func (c *Client) DeleteFailed(ctx context.Context, id int64) error {
 // DeleteFailedTx is DeleteFailed through db: in a transaction of the
 // app's, the job is gone if and only if that transaction commits.
 func (c *Client) DeleteFailedTx(ctx context.Context, db bun.IDB, id int64) error {
-	gone, err := c.jobSQL().DeleteFailed(ctx, db, id)
+	var gone bool
+	err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) (err error) {
+		gone, err = c.finisher().DeleteFailed(ctx, tx, id, false)
+		return err
+	})
 	switch {
 	case err != nil:
 		return fmt.Errorf("bunqueue: delete failed job %d: %w", id, c.notMigrated(err))

@@ -62,7 +62,7 @@ func (c *Client) JobCancelTx(ctx context.Context, db bun.IDB, id int64) (JobStat
 		if was = row.jobState(); was == JobStateCompleted {
 			return fmt.Errorf("%w: it completed", ErrJobFinished)
 		}
-		_, err := c.jobSQL().MoveToFailed(ctx, tx, id, "", row.Attempts, cancelledText, false)
+		_, err := c.finisher().Fail(ctx, tx, id, "", row.Attempts, cancelledText, false)
 		return err
 	})
 	if err != nil {
@@ -85,7 +85,7 @@ func (c *Client) JobDelete(ctx context.Context, id int64) error {
 func (c *Client) JobDeleteTx(ctx context.Context, db bun.IDB, id int64) error {
 	return c.jobAction(ctx, db, "delete", id, func(ctx context.Context, tx bun.Tx, row *controlRow) error {
 		if row == nil {
-			gone, err := c.jobSQL().DeleteFailedByJobID(ctx, tx, id)
+			gone, err := c.finisher().DeleteFailed(ctx, tx, id, true)
 			if err == nil && !gone {
 				err = ErrJobNotFound
 			}
@@ -94,7 +94,7 @@ func (c *Client) JobDeleteTx(ctx context.Context, db bun.IDB, id int64) error {
 		if row.jobState() == JobStateRunning {
 			return fmt.Errorf("%w: a lease-mode worker holds it; cancel it first (JobCancel)", ErrJobRunning)
 		}
-		return c.jobSQL().DeleteJob(ctx, tx, id)
+		return c.finisher().Delete(ctx, tx, id)
 	})
 }
 
@@ -127,7 +127,7 @@ func (c *Client) JobRunNowTx(ctx context.Context, db bun.IDB, id int64) error {
 			return nil
 		}
 		queue = row.Queue
-		return c.jobSQL().RunNow(ctx, tx, id)
+		return c.finisher().RunNow(ctx, tx, id)
 	})
 	if err != nil || queue == "" {
 		return err

@@ -2,10 +2,8 @@ package bunqueue
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -62,7 +60,7 @@ func (c *Client) jobRunner(name string, qc JobQueueConfig) *runner {
 		for i, row := range rows {
 			ids[i] = row.ID
 		}
-		return c.completeHeld(ctx, tx, prep, ids)
+		return c.finisher().CompleteHeld(ctx, tx, prep, ids)
 	}
 	q.creator = func(row *jobRow) context.Context { return c.tel.extract(row.TraceContext) }
 	q.attrs = func(row *jobRow) []attribute.KeyValue {
@@ -156,111 +154,6 @@ func (c *Client) runLocked(ctx context.Context, tx bun.Tx, row *jobRow, h hooks)
 
 func errNoWorker(kind string) error {
 	return fmt.Errorf("bunqueue: no worker for kind %q in this process: register one with AddWorker; the job is retried until MaxAttempts", kind)
-}
-
-// completeJob deletes a completed job, or keeps it as completed, with
-// output (nil: none recorded), when Config.Retention is set. With a lease
-// token, only a job still leased with it is completed. It reports
-// whether it changed the job.
-func (c *Client) completeJob(ctx context.Context, db bun.IDB, id int64, token string, output []byte) (bool, error) {
-	return c.jobSQL().Complete(ctx, db, c.cfg.Retention > 0, id, token, output)
-}
-
-// completeHeld completes the jobs of ids, which tx holds locked, before
-// the batch commits: one job by its prepared statement (once there is
-// one, with prep), several by one statement that reads them through the
-// primary key (jobsql.SQL.CompleteHeld).
-func (c *Client) completeHeld(ctx context.Context, tx bun.Tx, prep bool, ids []int64) error {
-	if len(ids) == 1 {
-		return c.completeOne(ctx, tx, prep, ids[0])
-	}
-	return c.jobSQL().CompleteHeld(ctx, tx, c.cfg.Retention > 0, ids)
-}
-
-// completeOne completes the job id, which tx holds locked.
-func (c *Client) completeOne(ctx context.Context, tx bun.Tx, prep bool, id int64) error {
-	keep := c.cfg.Retention > 0
-	if prep {
-		stmt := c.jobSQL().CompleteOne(keep, c.dialect.Placeholder(1))
-		op, _, _ := strings.Cut(stmt, " ")
-		ok, err := c.prepared(ctx, tx, op, jobsql.Jobs, stmt, func(ctx context.Context, st *sql.Stmt) error {
-			_, err := st.ExecContext(ctx, id)
-			return err
-		})
-		if ok {
-			return err
-		}
-	}
-	_, err := tx.NewRaw(c.jobSQL().CompleteOne(keep, "?"), id).Exec(ctx)
-	return err
-}
-
-// failJob records a failed attempt of a job: a snooze reschedules it
-// without using the attempt; a cancel, or the last attempt, moves it to
-// the failed-jobs table; anything else schedules a retry after the
-// backoff. With a lease token, only a job still leased with it is
-// changed, and db must be a transaction. It reports whether it changed the
-// job, and how long until the job runs again (the snooze or the backoff;
-// zero when it moved to the failed jobs).
-func (c *Client) failJob(ctx context.Context, db bun.IDB, row *jobRow, attempt int, cause error, token string) (changed bool, after time.Duration, err error) {
-	var snooze *snoozeError
-	var cancel *cancelError
-	switch {
-	case errors.As(cause, &snooze):
-		changed, err = c.jobSQL().Snooze(ctx, db, row.ID, token, attempt-1, snooze.after)
-		return changed, snooze.after, err
-	case errors.As(cause, &cancel) || attempt >= row.MaxAttempts:
-		changed, err = c.jobSQL().MoveToFailed(ctx, db, row.ID, token, attempt, errorText(cause), true)
-		return changed, 0, err
-	default:
-		wait := c.retryWait(ctx, row, attempt)
-		changed, err = c.jobSQL().ScheduleRetry(ctx, db, row.ID, token, attempt, errorText(cause), wait)
-		return changed, wait, err
-	}
-}
-
-// retryWait is how long the job of row waits after its failed attempt,
-// by Config.Backoff. A Backoff that panics (or calls runtime.Goexit) is
-// logged, and the job waits DefaultBackoff's time instead: the attempt
-// is still recorded and the job retried.
-func (c *Client) retryWait(ctx context.Context, row *jobRow, attempt int) time.Duration {
-	var wait time.Duration
-	if err := contain(ctx, func() error { wait = c.cfg.Backoff(attempt); return nil }); err != nil {
-		wait = DefaultBackoff(attempt)
-		c.cfg.Logger.ErrorContext(ctx, "bunqueue: Config.Backoff failed; the job waits DefaultBackoff's time instead",
-			"queue", row.Queue, "job_id", row.ID, "attempt", attempt, "error", err)
-	}
-	return max(wait, 0)
-}
-
-// failOutcome is what failJob does with a failed attempt.
-func failOutcome(cause error, attempt, maxAttempts int) string {
-	var snooze *snoozeError
-	var cancel *cancelError
-	switch {
-	case errors.As(cause, &snooze):
-		return outcomeSnoozed
-	case errors.As(cause, &cancel):
-		return outcomeCancelled
-	case attempt >= maxAttempts:
-		return outcomeFailed
-	}
-	return outcomeRetried
-}
-
-// errorText is what is kept of a job's error: its message, the stack of a
-// panic, at most 60,000 bytes (a TEXT column holds 65,535). PostgreSQL's
-// text holds neither a NUL nor invalid UTF-8, and a failure that could
-// not be recorded would never count its attempt: a NUL is kept as the
-// four characters \x00, invalid bytes as U+FFFD.
-func errorText(err error) string {
-	s := err.Error()
-	var pe *PanicError
-	if errors.As(err, &pe) {
-		s += "\n\n" + string(pe.Stack)
-	}
-	s = strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", `\x00`)
-	return jobsql.CutText(s, 60000)
 }
 
 // workInfo describes a job to the lifecycle hooks.

@@ -339,7 +339,7 @@ func (j *leasedJob) settle(ctx context.Context, err error, lost bool) error {
 		}
 	case ctx.Err() != nil:
 		// Stopping: give the job back at once, without using the attempt.
-		if changed, ferr = j.l.c.jobSQL().Release(fctx, j.l.c.db, j.row.ID, j.token); ferr == nil && changed {
+		if changed, ferr = j.release(fctx); ferr == nil && changed {
 			j.fate.stopped = true
 			return j.failure(fmt.Errorf("bunqueue: released on stop: %w", ctx.Err()))
 		}
@@ -368,27 +368,43 @@ func (j *leasedJob) leaseGone(lost bool, err error) error {
 	return j.failure(fmt.Errorf("bunqueue: %s before the job finished; another worker may hold it, so this result was not recorded (job result: %v)", why, err))
 }
 
-// complete completes the job, retrying conflicts. It reports whether it
-// did: not if the lease was no longer this worker's.
+// complete completes the job. It reports whether it did: not if the
+// lease was no longer this worker's.
 func (j *leasedJob) complete(ctx context.Context) (changed bool, err error) {
-	err = j.l.c.retry(ctx, func() (err error) {
-		changed, err = j.l.c.completeJob(ctx, j.l.c.db, j.row.ID, j.token, j.output.recorded())
+	err = j.inTx(ctx, func(ctx context.Context, tx bun.Tx) (err error) {
+		changed, err = j.l.c.finisher().CompleteLease(ctx, tx, j.row.ID, j.token, j.output.recorded())
 		return err
 	})
 	return changed, err
 }
 
-// fail records the job's failure, cause, in a transaction of its own,
-// retrying conflicts (see Client.failJob). It reports whether it did,
-// and how long until the job runs again.
+// release gives the job back to its queue at once, without using the
+// attempt. It reports whether it did: not if the lease was no longer
+// this worker's.
+func (j *leasedJob) release(ctx context.Context) (changed bool, err error) {
+	err = j.inTx(ctx, func(ctx context.Context, tx bun.Tx) (err error) {
+		changed, err = j.l.c.finisher().Release(ctx, tx, j.row.ID, j.token)
+		return err
+	})
+	return changed, err
+}
+
+// fail records the job's failure, cause (see Client.failJob). It reports
+// whether it did, and how long until the job runs again.
 func (j *leasedJob) fail(ctx context.Context, cause error) (changed bool, after time.Duration, err error) {
-	err = j.l.c.retry(ctx, func() error {
-		return j.l.c.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) (err error) {
-			changed, after, err = j.l.c.failJob(ctx, tx, j.row, j.row.Attempts, cause, j.token)
-			return err
-		})
+	err = j.inTx(ctx, func(ctx context.Context, tx bun.Tx) (err error) {
+		changed, after, err = j.l.c.failJob(ctx, tx, j.row, j.row.Attempts, cause, j.token)
+		return err
 	})
 	return changed, after, err
+}
+
+// inTx runs fn in a transaction of its own, at READ COMMITTED, retrying
+// conflicts: how every change of a leased job's state is written.
+func (j *leasedJob) inTx(ctx context.Context, fn func(ctx context.Context, tx bun.Tx) error) error {
+	return j.l.c.retry(ctx, func() error {
+		return j.l.c.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, fn)
+	})
 }
 
 func newToken() string {

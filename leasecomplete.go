@@ -83,47 +83,29 @@ func (d *leaseCompletions) flush(ctx context.Context, res *batchResult) {
 	d.jobs, d.ends = d.jobs[:0], d.ends[:0]
 }
 
-// complete locks those of the waiting jobs still leased with the token,
-// stores the outputs their workers recorded (with Config.Retention), and
-// completes them, in one transaction; it returns their ids.
+// complete completes those of the waiting jobs still leased with the
+// token, with the outputs their workers recorded, in one transaction; it
+// returns their ids.
 func (d *leaseCompletions) complete(ctx context.Context) (map[int64]bool, error) {
 	c := d.l.c
 	ids := make([]int64, len(d.jobs))
+	outputs := map[int64][]byte{}
 	for i, j := range d.jobs {
 		ids[i] = j.row.ID
+		if out := j.output.recorded(); out != nil {
+			outputs[j.row.ID] = out
+		}
 	}
 	ours := map[int64]bool{}
 	err := c.retry(ctx, func() error {
 		clear(ours)
 		return c.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) error {
-			held, err := c.jobSQL().LockLeased(ctx, tx, ids, d.token)
-			if err != nil || len(held) == 0 {
-				return err
-			}
+			held, err := c.finisher().CompleteLeased(ctx, tx, ids, d.token, outputs)
 			for _, id := range held {
 				ours[id] = true
 			}
-			if err := d.storeOutputs(ctx, tx, ours); err != nil {
-				return err
-			}
-			return c.jobSQL().CompleteLeased(ctx, tx, c.cfg.Retention > 0, held)
+			return err
 		})
 	})
 	return ours, err
-}
-
-// storeOutputs stores, where completed jobs are kept, the outputs that
-// the workers of the jobs of ours recorded.
-func (d *leaseCompletions) storeOutputs(ctx context.Context, tx bun.Tx, ours map[int64]bool) error {
-	if d.l.c.cfg.Retention <= 0 {
-		return nil // dropped with the job
-	}
-	for _, j := range d.jobs {
-		if out := j.output.recorded(); out != nil && ours[j.row.ID] {
-			if err := d.l.c.jobSQL().SetOutput(ctx, tx, j.row.ID, out); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
 }

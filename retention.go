@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/bunqueue/bunqueue/internal/backoff"
+	"github.com/uptrace/bun"
 )
 
 // clean deletes completed jobs older than Config.Retention, in batches by
@@ -23,7 +24,7 @@ func (c *Client) clean(ctx context.Context) {
 		}
 		for {
 			const batch = 1000
-			n, err := c.jobSQL().DeleteCompleted(ctx, c.db, c.cfg.Retention, batch)
+			n, err := c.purge(ctx, batch)
 			if err != nil {
 				if ctx.Err() == nil {
 					log.ErrorContext(ctx, "bunqueue: delete completed jobs", "error", err)
@@ -35,4 +36,14 @@ func (c *Client) clean(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// purge deletes, in a transaction, up to limit of the completed jobs
+// older than Config.Retention, and returns how many were due.
+func (c *Client) purge(ctx context.Context, limit int) (n int, err error) {
+	err = c.db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) (err error) {
+		n, err = c.finisher().Purge(ctx, tx, c.cfg.Retention, limit)
+		return err
+	})
+	return n, err
 }

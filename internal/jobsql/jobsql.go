@@ -57,6 +57,11 @@ type SQL struct{ d sqldialect.Dialect }
 // New returns the statements of d's server.
 func New(d sqldialect.Dialect) SQL { return SQL{d: d} }
 
+// Marker is the argument marker number i (from 1) of a statement
+// prepared on the server: "?" on MySQL, MariaDB and SQLite, "$i" on
+// PostgreSQL.
+func (s SQL) Marker(i int) string { return s.d.Placeholder(i) }
+
 // ClaimQuery returns the query of the jobs of queue that are due, in the
 // order they run: a jobs queue's query in the engine, which claims with
 // it in both modes. While a job is leased its run_at is the lease's end,

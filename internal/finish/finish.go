@@ -1,0 +1,171 @@
+// Package finish is the one road by which a job of the jobs table leaves
+// its attempt or its table: completed, snoozed, retried, failed for good
+// (by its worker or cancelled), given back, made due, deleted, revived
+// from the failed jobs, or purged by retention. Every write goes through
+// a transaction that the caller holds, so that what a job's new state
+// implies can commit with it or not at all.
+//
+// A feature that reacts to a job reaching a final state (completed,
+// failed for good, cancelled, deleted) adds its statements to the
+// methods whose doc comment says "Final:", in the same transaction.
+//
+// It calls only internal/jobsql, which holds the SQL; the decisions
+// (which failure is a retry, how long a backoff is, whether a job may be
+// cancelled) are the caller's.
+package finish
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"time"
+
+	"github.com/bunqueue/bunqueue/internal/jobsql"
+	"github.com/uptrace/bun"
+)
+
+// Prepared runs fn with the statement prepared for text on tx's
+// connection, and reports whether it did: false when text is not
+// prepared (yet), and the caller runs it as text. op and table name the
+// statement for its span.
+type Prepared func(ctx context.Context, tx bun.Tx, op, table, text string, fn func(ctx context.Context, st *sql.Stmt) error) (ok bool, err error)
+
+// Finisher writes jobs' new states. Its zero value is not usable: see New.
+type Finisher struct {
+	sql      jobsql.SQL
+	keep     bool     // completed jobs are kept (for their retention)
+	prepared Prepared // nil: every statement runs as text
+}
+
+// New returns a Finisher that writes with s; keep says that completed
+// jobs are kept as completed rather than deleted; prepared, if not nil,
+// runs the lock-mode completion of one job as a prepared statement.
+func New(s jobsql.SQL, keep bool, prepared Prepared) Finisher {
+	return Finisher{sql: s, keep: keep, prepared: prepared}
+}
+
+// CompleteHeld completes the jobs of ids, which tx holds locked (lock
+// mode), counting the attempt they ran: one job by its prepared
+// statement when prep and there is one, several by one statement.
+// Final: completed.
+func (f Finisher) CompleteHeld(ctx context.Context, tx bun.Tx, prep bool, ids []int64) error {
+	if len(ids) != 1 {
+		return f.sql.CompleteHeld(ctx, tx, f.keep, ids)
+	}
+	if prep && f.prepared != nil {
+		text := f.sql.CompleteOne(f.keep, f.sql.Marker(1))
+		op, _, _ := strings.Cut(text, " ")
+		ok, err := f.prepared(ctx, tx, op, jobsql.Jobs, text, func(ctx context.Context, st *sql.Stmt) error {
+			_, err := st.ExecContext(ctx, ids[0])
+			return err
+		})
+		if ok {
+			return err
+		}
+	}
+	_, err := tx.NewRaw(f.sql.CompleteOne(f.keep, "?"), ids[0]).Exec(ctx)
+	return err
+}
+
+// CompleteLeased completes those of the jobs of ids that are still
+// leased with token (lease mode), storing, where completed jobs are
+// kept, the outputs their workers recorded (by id; nil: none). It locks
+// them in the order of their ids, as every completion does, and returns
+// the ids it completed. Final: completed.
+func (f Finisher) CompleteLeased(ctx context.Context, tx bun.Tx, ids []int64, token string, outputs map[int64][]byte) ([]int64, error) {
+	held, err := f.sql.LockLeased(ctx, tx, ids, token)
+	if err != nil || len(held) == 0 {
+		return nil, err
+	}
+	if f.keep {
+		for _, id := range held {
+			if out := outputs[id]; out != nil {
+				if err := f.sql.SetOutput(ctx, tx, id, out); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return held, f.sql.CompleteLeased(ctx, tx, f.keep, held)
+}
+
+// CompleteLease completes the job id if it is still leased with token
+// (lease mode, a job completed on its own), with output as its output
+// where completed jobs are kept (nil: none recorded). It reports whether
+// it completed the job. Final: completed.
+func (f Finisher) CompleteLease(ctx context.Context, tx bun.Tx, id int64, token string, output []byte) (bool, error) {
+	return f.sql.Complete(ctx, tx, f.keep, id, token, output)
+}
+
+// Release gives the job id back to its queue at once, if it is still
+// leased with token, without using the attempt its lease counted. It
+// reports whether it did.
+func (f Finisher) Release(ctx context.Context, tx bun.Tx, id int64, token string) (bool, error) {
+	return f.sql.Release(ctx, tx, id, token)
+}
+
+// Snooze puts the job id back to run after d, with attempts as its count
+// of attempts (the snoozed one not counted); with a lease token, only if
+// it is still leased with it. It reports whether it changed the job.
+func (f Finisher) Snooze(ctx context.Context, tx bun.Tx, id int64, token string, attempts int, d time.Duration) (bool, error) {
+	return f.sql.Snooze(ctx, tx, id, token, attempts, d)
+}
+
+// Retry records the failed attempt number attempt of the job id, with
+// its error text, and schedules the next after wait; with a lease token,
+// only if it is still leased with it. It reports whether it changed the
+// job.
+func (f Finisher) Retry(ctx context.Context, tx bun.Tx, id int64, token string, attempt int, text string, wait time.Duration) (bool, error) {
+	return f.sql.ScheduleRetry(ctx, tx, id, token, attempt, text, wait)
+}
+
+// Fail moves the job id to the failed jobs for good, with attempts and
+// its error text: a worker's last attempt or its Cancel (attempted: the
+// failure ends attempt number attempts, whose error joins its attempt
+// errors), or a cancel between attempts (not attempted). With a lease
+// token, only if it is still leased with it. It reports whether it moved
+// the job. Final: failed for good, or cancelled.
+func (f Finisher) Fail(ctx context.Context, tx bun.Tx, id int64, token string, attempts int, text string, attempted bool) (bool, error) {
+	return f.sql.MoveToFailed(ctx, tx, id, token, attempts, text, attempted)
+}
+
+// RunNow makes the job id, which tx holds locked, due now.
+func (f Finisher) RunNow(ctx context.Context, tx bun.Tx, id int64) error {
+	return f.sql.RunNow(ctx, tx, id)
+}
+
+// Delete deletes the job id, which tx holds locked, from the jobs table.
+// Final: deleted.
+func (f Finisher) Delete(ctx context.Context, tx bun.Tx, id int64) error {
+	return f.sql.DeleteJob(ctx, tx, id)
+}
+
+// DeleteFailed deletes the failed job whose id in the failed-jobs table
+// is id (byJobID false) or whose id in the jobs table was id (byJobID
+// true), and reports whether there was one. Final: deleted.
+func (f Finisher) DeleteFailed(ctx context.Context, tx bun.Tx, id int64, byJobID bool) (bool, error) {
+	if byJobID {
+		return f.sql.DeleteFailedByJobID(ctx, tx, id)
+	}
+	return f.sql.DeleteFailed(ctx, tx, id)
+}
+
+// Revive ends the failed job failedID, which tx holds locked, once the
+// caller has enqueued it again as newID: its attempt errors go with it,
+// unless the enqueue found a duplicate (dup) that has its own.
+func (f Finisher) Revive(ctx context.Context, tx bun.Tx, failedID, newID int64, dup bool) error {
+	if !dup {
+		if err := f.sql.CopyAttemptErrors(ctx, tx, failedID, newID); err != nil {
+			return err
+		}
+	}
+	_, err := f.sql.DeleteFailed(ctx, tx, failedID)
+	return err
+}
+
+// Purge deletes up to limit of the jobs kept completed that completed
+// more than age ago, oldest first, and returns how many it found due:
+// fewer than limit when no more are.
+func (f Finisher) Purge(ctx context.Context, tx bun.Tx, age time.Duration, limit int) (int, error) {
+	return f.sql.DeleteCompleted(ctx, tx, age, limit)
+}
