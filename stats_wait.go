@@ -105,6 +105,6 @@ func (m *counters) started(queue string, d time.Duration, now time.Time) {
 func (c *Client) startedJob(ctx context.Context, row *jobRow) {
 	if d, ok := row.waited(); ok {
 		c.counts.started(row.Queue, d, time.Now())
-		c.tel.waitDuration.Record(ctx, d.Seconds(), c.tel.queueSet(row.Queue, ""))
+		c.tel.RecordWait(ctx, row.Queue, d)
 	}
 }
