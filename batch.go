@@ -37,7 +37,7 @@ func (q *Queue[T]) runBatch(ctx context.Context, s *session, limit int, keys []f
 	_ = q.client.retry(ctx, func() error {
 		res = q.containBatch(ctx, s, limit, keys, tk)
 		return res.err
-	}, q.client.tel.queueSet(q.name, ""))
+	}, q.client.tel.QueueSet(q.name, ""))
 	res.untried = append(res.untried, untried...)
 	switch {
 	case len(keys) > 1 && res.claimed == 0 && q.client.dialect.ClientSide(errors.Unwrap(res.err)):
@@ -91,7 +91,7 @@ func (c *Client) retry(ctx context.Context, fn func() error, attrs ...metric.Add
 			return err
 		}
 		c.cfg.Logger.DebugContext(ctx, "bunqueue: retrying transaction", "attempt", attempt, "error", err)
-		c.tel.txRetries.Add(ctx, 1, attrs...)
+		c.tel.CountTxRetry(ctx, attrs...)
 		if !sleep(ctx, backoff.Jitter(backoff.Exponential(attempt, 5*time.Millisecond, 500*time.Millisecond), 0.5)) {
 			return err
 		}

@@ -35,13 +35,13 @@ func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []f
 	// worker waiting for one leaves no trace per look; else before BEGIN,
 	// so that the whole transaction is in it.
 	if q.slots == nil && !q.rate.inClaim() {
-		ctx, b.span = q.client.tel.startBatch(ctx, q.name)
+		ctx, b.span = q.client.tel.StartBatch(ctx, q.name)
 	}
 	if !b.begin(ctx) || !b.takeSlot(ctx) || !b.takeTokensInTx(ctx) {
 		return b.res
 	}
 	if b.span == nil {
-		ctx, b.span = q.client.tel.startBatch(ctx, q.name)
+		ctx, b.span = q.client.tel.StartBatch(ctx, q.name)
 	}
 	if !b.claim(ctx) || !b.takeKeySlots(ctx) || !b.takeRateTokens(ctx) || !b.holdTokens(ctx) ||
 		!b.run(ctx) || !b.recheck(ctx) || !b.undo(ctx) {
@@ -107,15 +107,15 @@ func (b *claimTx[T]) end() {
 	tel := b.q.client.tel
 	for _, it := range b.spans {
 		if b.res.err != nil {
-			it.outcome = outcomeReleased
-			if it.err == nil {
-				it.err = b.res.err
+			it.Outcome = outcomeReleased
+			if it.Err == nil {
+				it.Err = b.res.err
 			}
 		}
-		tel.end(it)
+		tel.End(it)
 	}
 	if b.span != nil {
-		tel.endSpan(b.span, b.res.err)
+		tel.EndSpan(b.span, b.res.err)
 	}
 }
 
@@ -161,7 +161,7 @@ func (b *claimTx[T]) lose() {
 		b.s.end()
 	}
 	for _, it := range b.spans {
-		it.outcome = outcomeReleased
+		it.Outcome = outcomeReleased
 	}
 }
 
@@ -192,7 +192,7 @@ func (b *claimTx[T]) claim(ctx context.Context) bool {
 	for i, k := range b.held {
 		b.res.got[i] = k.id
 	}
-	q.client.tel.claimed(ctx, b.span, q.name, len(items), b.began)
+	q.client.tel.Claimed(ctx, b.span, q.name, len(items), b.began)
 	return len(items) > 0
 }
 
@@ -259,7 +259,7 @@ func (b *claimTx[T]) runItem(ctx context.Context, i int) bool {
 	it := q.startItemSpan(ctx, b.span, &b.items[i], len(b.items))
 	b.spans = append(b.spans, it)
 	tx := b.tx
-	hctx, rk := q.watchRekey(it.ctx)
+	hctx, rk := q.watchRekey(it.Ctx)
 	b.sp.stmts.start()
 	began := time.Now()
 	herr := q.callUnderTimeout(hctx, tx, func(ctx context.Context) error {
@@ -274,7 +274,7 @@ func (b *claimTx[T]) runItem(ctx context.Context, i int) bool {
 	if herr == nil {
 		return true
 	}
-	it.err = herr
+	it.Err = herr
 	return b.itemFailed(ctx, i, it, &claimed, herr)
 }
 
@@ -289,7 +289,7 @@ func (b *claimTx[T]) itemFailed(ctx context.Context, i int, it *itemSpan, claime
 		b.lose()
 		ie := q.failLost(ctx, b.sessionID, []T{*claimed}, herr)[0].(*ItemError)
 		if ie.Recorded {
-			it.outcome = q.failureOutcome(claimed, herr)
+			it.Outcome = q.failureOutcome(claimed, herr)
 		}
 		b.res.itemErrs = append(b.res.itemErrs, ie)
 		return false
@@ -303,7 +303,7 @@ func (b *claimTx[T]) itemFailed(ctx context.Context, i int, it *itemSpan, claime
 	if !b.withSavepoints {
 		_ = b.tx.Rollback()
 		b.open = false // nothing left to roll back
-		it.outcome = outcomeReleased
+		it.Outcome = outcomeReleased
 		k := b.held[i]
 		b.res.itemErrs = append(b.res.itemErrs, &ItemError{Queue: q.name, Key: k.id, Err: herr, Cooldown: q.cool.Add(k.id, k.vals, time.Now())})
 		return false
@@ -472,30 +472,30 @@ func (b *claimTx[T]) settle() {
 		undone := b.undoneFrom >= 0 && i >= b.undoneFrom
 		ie := &ItemError{Queue: q.name, Key: id, Err: b.causes[i]}
 		it := b.spans[i]
-		it.outcome = outcomeReleased
+		it.Outcome = outcomeReleased
 		switch {
 		case b.outcomes[i] == succeeded && b.still[i] && b.rekeyed[i] != "":
 			ie.Err = q.keyChangedError(b.rekeyed[i])
-			it.err = ie.Err
+			it.Err = ie.Err
 		case b.outcomes[i] == succeeded && b.still[i]:
 			ie.Err = q.stillQueuedError(&b.items[i], b.held[i])
-			it.err = ie.Err
+			it.Err = ie.Err
 		case b.outcomes[i] == succeeded && undone:
 			continue // undone with a row before it; back in the queue as it was
 		case b.outcomes[i] == succeeded:
-			it.outcome = outcomeCompleted
+			it.Outcome = outcomeCompleted
 			b.succeeded = append(b.succeeded, id)
 			b.completed = append(b.completed, &b.items[i])
 			continue
 		case b.outcomes[i] == recorded && !undone && !b.still[i]:
 			ie.Recorded = true
-			it.outcome = q.failureOutcome(&b.items[i], b.causes[i])
+			it.Outcome = q.failureOutcome(&b.items[i], b.causes[i])
 			b.res.itemErrs = append(b.res.itemErrs, ie)
 			continue
 		case b.outcomes[i] == recorded && !undone:
 			ie.Recorded = true
 			ie.Err = fmt.Errorf("%w (recorded by OnError, but the row still matches the queue query)", b.causes[i])
-			it.outcome = outcomeFailed
+			it.Outcome = outcomeFailed
 		}
 		ie.Cooldown = q.cool.Add(id, b.held[i].vals, now)
 		b.res.itemErrs = append(b.res.itemErrs, ie)

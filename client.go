@@ -16,6 +16,7 @@ import (
 	"github.com/bunqueue/bunqueue/internal/jobsql"
 	"github.com/bunqueue/bunqueue/internal/prepared"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/telemetry"
 )
 
 // Client runs the workers of its queues inside this process. Create it
@@ -26,7 +27,7 @@ type Client struct {
 	claimDB *bun.DB // db with rekeyHook, where claim transactions begin
 	cfg     Config
 	dialect sqldialect.Dialect
-	tel     *telemetry
+	tel     *telemetry.Telemetry
 
 	packetMu sync.Mutex
 	packet   int // max_allowed_packet, once read
@@ -321,7 +322,7 @@ func (c *Client) run(ctx context.Context, runners []*runner) {
 		c.workers.Add(1)
 		go c.schedule(workCtx)
 	}
-	reg, err := c.tel.observeDepth(runners, c.cfg.Logger)
+	reg, err := c.tel.ObserveDepth(depthSources(runners), QueueDepthLimit, c.cfg.Logger)
 	if err != nil {
 		c.cfg.Logger.WarnContext(ctx, "bunqueue: the queue depth gauge is off", "error", err)
 	}

@@ -96,14 +96,14 @@ type EnqueueParams struct {
 // nothing is inserted.
 func (c *Client) Enqueue(ctx context.Context, db bun.IDB, args JobArgs, opts *EnqueueOpts) (res EnqueueResult, err error) {
 	params := []EnqueueParams{{Args: args, Opts: opts}}
-	ctx, span := c.tel.startSend(ctx, db, params)
+	ctx, span := c.startSend(ctx, db, params)
 	defer func() {
 		if err == nil {
 			span.SetAttributes(semconv.MessagingMessageID(strconv.FormatInt(res.ID, 10)))
 		}
-		c.tel.endSend(ctx, span, params, res.Duplicate, err)
+		c.endSend(ctx, span, params, res.Duplicate, err)
 	}()
-	row, err := c.jobValues(ctx, db, params[0], c.tel.inject(ctx))
+	row, err := c.jobValues(ctx, db, params[0], c.tel.Inject(ctx))
 	if err != nil {
 		return EnqueueResult{}, err
 	}
@@ -167,9 +167,9 @@ func (c *Client) EnqueueMany(ctx context.Context, db bun.IDB, jobs []EnqueuePara
 	if len(jobs) == 0 {
 		return 0, nil
 	}
-	ctx, span := c.tel.startSend(ctx, db, jobs)
-	defer func() { c.tel.endSend(ctx, span, jobs, false, err) }()
-	trace := c.tel.inject(ctx)
+	ctx, span := c.startSend(ctx, db, jobs)
+	defer func() { c.endSend(ctx, span, jobs, false, err) }()
+	trace := c.tel.Inject(ctx)
 	limit, err := c.maxPacket(ctx, db)
 	if err != nil {
 		return 0, err

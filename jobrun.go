@@ -62,7 +62,7 @@ func (c *Client) jobRunner(name string, qc JobQueueConfig) *runner {
 		}
 		return c.finisher().CompleteHeld(ctx, tx, prep, ids)
 	}
-	q.creator = func(row *jobRow) context.Context { return c.tel.extract(row.TraceContext) }
+	q.creator = func(row *jobRow) context.Context { return c.tel.Extract(row.TraceContext) }
 	q.attrs = func(row *jobRow) []attribute.KeyValue {
 		return []attribute.KeyValue{AttrKind.String(row.Kind), AttrAttempt.Int(row.Attempts + 1)}
 	}

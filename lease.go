@@ -79,7 +79,7 @@ func (l *leaseRunner) runBatch(ctx context.Context, _ *session, limit int, keys 
 		res.err = err
 		return res
 	}
-	l.c.tel.claimDuration.Record(ctx, time.Since(began).Seconds(), l.c.tel.queueSet(l.queue, ""))
+	l.c.tel.RecordClaim(ctx, l.queue, began)
 	if err != nil {
 		res.err = fmt.Errorf("bunqueue: queue %q: lease: %w", l.queue, err)
 		return res
@@ -282,16 +282,16 @@ func (j *leasedJob) key() string { return fmt.Sprintf("id=%d", j.row.ID) }
 // end ends them with the job's error.
 func (j *leasedJob) trace(ctx context.Context) (end func(ierr error)) {
 	tel, row := j.l.c.tel, j.row
-	sctx, span := tel.startBatch(ctx, j.l.queue)
-	j.it = tel.startItem(sctx, span, j.l.queue, 1, strconv.FormatInt(row.ID, 10), tel.extract(row.TraceContext),
+	sctx, span := tel.StartBatch(ctx, j.l.queue)
+	j.it = tel.StartItem(sctx, span, j.l.queue, 1, strconv.FormatInt(row.ID, 10), tel.Extract(row.TraceContext),
 		AttrKind.String(row.Kind), AttrAttempt.Int(row.Attempts))
-	j.it.outcome = outcomeReleased
+	j.it.Outcome = outcomeReleased
 	return func(ierr error) {
-		if ierr != nil && j.it.err == nil {
-			j.it.err = ierr
+		if ierr != nil && j.it.Err == nil {
+			j.it.Err = ierr
 		}
-		tel.end(j.it)
-		tel.endSpan(span, nil)
+		tel.End(j.it)
+		tel.EndSpan(span, nil)
 	}
 }
 
@@ -304,7 +304,7 @@ func (j *leasedJob) work(ctx context.Context, keeper *leaseKeeper) (gone bool, e
 	if ctx.Err() != nil {
 		return false, ctx.Err()
 	}
-	jctx, cancel := withTimeout(j.it.ctx, j.l.cfg.Timeout)
+	jctx, cancel := withTimeout(j.it.Ctx, j.l.cfg.Timeout)
 	defer cancel()
 	j.output = jobOutput{c: j.l.c, id: j.row.ID}
 	jctx = withOutput(jctx, &j.output)
@@ -334,7 +334,7 @@ func (j *leasedJob) settle(ctx context.Context, err error, lost bool) error {
 	switch {
 	case err == nil:
 		if changed, ferr = j.complete(fctx); ferr == nil && changed {
-			j.it.outcome = outcomeCompleted
+			j.it.Outcome = outcomeCompleted
 			return nil
 		}
 	case ctx.Err() != nil:
@@ -346,7 +346,7 @@ func (j *leasedJob) settle(ctx context.Context, err error, lost bool) error {
 	default:
 		var after time.Duration
 		if changed, after, ferr = j.fail(fctx, err); ferr == nil && changed {
-			j.it.outcome, j.it.err = failOutcome(err, j.row.Attempts, j.row.MaxAttempts), err
+			j.it.Outcome, j.it.Err = failOutcome(err, j.row.Attempts, j.row.MaxAttempts), err
 			j.fate.recorded(err, after)
 			return &ItemError{Queue: j.l.queue, Key: j.key(), Err: err, Recorded: true, job: j.fate}
 		}

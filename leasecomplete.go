@@ -74,7 +74,7 @@ func (d *leaseCompletions) flush(ctx context.Context, res *batchResult) {
 		case err != nil:
 			ierr = j.failure(fmt.Errorf("bunqueue: finishing the job failed (its lease will expire and it will run again): %w", err))
 		case ours[j.row.ID]:
-			j.it.outcome = outcomeCompleted
+			j.it.Outcome = outcomeCompleted
 		default:
 			ierr = j.leaseGone(lost, nil)
 		}

@@ -165,11 +165,11 @@ func (c *Client) prepared(ctx context.Context, tx bun.Tx, op, table, text string
 	if stmt == nil {
 		return false, nil
 	}
-	ctx, span := c.tel.startStatement(ctx, c.dialect.System(), op, table, text)
+	ctx, span := c.tel.StartStatement(ctx, c.dialect.System(), op, table, text)
 	ts := tx.Tx.StmtContext(ctx, stmt)
 	err = fn(ctx, ts)
 	_ = ts.Close()
-	c.tel.endSpan(span, err)
+	c.tel.EndSpan(span, err)
 	if err == nil {
 		return true, nil
 	}

@@ -386,7 +386,7 @@ func (q *Queue[T]) startItemSpan(ctx context.Context, batch trace.Span, item *T,
 	if q.attrs != nil {
 		attrs = q.attrs(item)
 	}
-	return q.client.tel.startItem(ctx, batch, q.name, n, id, creator, attrs...)
+	return q.client.tel.StartItem(ctx, batch, q.name, n, id, creator, attrs...)
 }
 
 // failureOutcome is the outcome of an item whose failure OnError recorded.

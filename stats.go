@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/bunqueue/bunqueue/internal/jobsql"
+	"github.com/bunqueue/bunqueue/internal/stats"
 )
 
 // QueueKind tells a queue over one of the app's tables from a queue of
@@ -177,95 +177,49 @@ const (
 // the app's own tables are only logged otherwise; a failed job is also in
 // the failed jobs once it has used up its attempts (see FailedJobs).
 func (c *Client) RecentFailures() []Failure {
-	c.counts.mu.Lock()
-	defer c.counts.mu.Unlock()
-	out := slices.Clone(c.counts.recent)
-	slices.Reverse(out)
+	recent := c.counts.Recent()
+	out := make([]Failure, len(recent))
+	for i, f := range recent {
+		out[i] = Failure(f)
+	}
 	return out
 }
 
-// counters are a client's in-memory counts behind Stats, by queue name.
-// The zero value is ready to use.
-type counters struct {
-	mu     sync.Mutex
-	queues map[string]*queueCounts
-	recent []Failure // oldest first
+// counters are a client's in-memory counts behind Stats, History and
+// RecentFailures, by queue name. The zero value is ready to use.
+type counters struct{ stats.Counters }
+
+// read fills in st's in-memory figures, as of now.
+func (m *counters) read(st *QueueStats, now time.Time) {
+	f := m.Read(st.Name, now)
+	st.InFlight = f.InFlight
+	st.ProcessedLastMinute, st.FailedLastMinute = f.ProcessedLastMinute, f.FailedLastMinute
+	st.ProcessedLastHour, st.FailedLastHour = f.ProcessedLastHour, f.FailedLastHour
 }
 
-// queueCounts are one queue's counts.
-type queueCounts struct {
-	inFlight int
-	seconds  window      // by unix second
-	minutes  window      // by unix minute
-	waits    *waitWindow // a jobs queue's waits before start, nil until one started
-}
-
-// window counts events in 60 slots of one unit of time each.
-type window struct {
-	at        [60]int64 // the unit each slot counts
-	processed [60]int64
-	failed    [60]int64
-}
-
-func (w *window) add(unit, processed, failed int64) {
-	i := unit % 60
-	if w.at[i] != unit {
-		w.at[i], w.processed[i], w.failed[i] = unit, 0, 0
-	}
-	w.processed[i] += processed
-	w.failed[i] += failed
-}
-
-// sum adds up the slots of the 60 units up to and including unit.
-func (w *window) sum(unit int64) (processed, failed int64) {
-	for i := range w.at {
-		if w.at[i] <= unit && w.at[i] > unit-60 {
-			processed += w.processed[i]
-			failed += w.failed[i]
-		}
-	}
-	return processed, failed
-}
-
-// queue returns the counts of queue. Call with m.mu held.
-func (m *counters) queue(name string) *queueCounts {
-	if m.queues == nil {
-		m.queues = map[string]*queueCounts{}
-	}
-	q := m.queues[name]
-	if q == nil {
-		q = &queueCounts{}
-		m.queues[name] = q
-	}
-	return q
+// running counts n rows of queue in flight while run runs: a worker's
+// batch, from the hand-over of its keys until its transaction ended.
+func (m *counters) running(queue string, n int, run func() batchResult) batchResult {
+	m.AddInFlight(queue, n)
+	defer m.AddInFlight(queue, -n)
+	return run()
 }
 
 // add counts rows or jobs of queue that finished at now: processed of
 // them completed, and the errors of the others.
 func (m *counters) add(queue string, processed int, errs []error, now time.Time) {
-	var failures []Failure
+	var failures []stats.Failure
 	for _, err := range errs {
 		if isFailure(err) {
 			failures = append(failures, failure(queue, err, now))
 		}
 	}
-	if processed == 0 && len(failures) == 0 {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	q := m.queue(queue)
-	q.seconds.add(now.Unix(), int64(processed), int64(len(failures)))
-	q.minutes.add(now.Unix()/60, int64(processed), int64(len(failures)))
-	m.recent = append(m.recent, failures...)
-	if over := len(m.recent) - RecentFailuresLimit; over > 0 {
-		m.recent = append(m.recent[:0], m.recent[over:]...)
-	}
+	m.Add(queue, processed, failures, now)
 }
 
 // failure describes err, an item's error, as a Failure.
-func failure(queue string, err error, now time.Time) Failure {
-	f := Failure{Queue: queue, At: now}
+func failure(queue string, err error, now time.Time) stats.Failure {
+	f := stats.Failure{Queue: queue, At: now}
 	var ie *ItemError
 	if errors.As(err, &ie) && ie.Err != nil {
 		f.Key, err = ie.Key, ie.Err
@@ -275,33 +229,6 @@ func failure(queue string, err error, now time.Time) Failure {
 		f.Error = strings.ToValidUTF8(f.Error[:RecentFailureBytes], "")
 	}
 	return f
-}
-
-// read fills in st's in-memory figures, as of now.
-func (m *counters) read(st *QueueStats, now time.Time) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	q := m.queues[st.Name]
-	if q == nil {
-		return
-	}
-	st.InFlight = q.inFlight
-	st.ProcessedLastMinute, st.FailedLastMinute = q.seconds.sum(now.Unix())
-	st.ProcessedLastHour, st.FailedLastHour = q.minutes.sum(now.Unix() / 60)
-}
-
-// running counts n rows of queue in flight while run runs: a worker's
-// batch, from the hand-over of its keys until its transaction ended.
-func (m *counters) running(queue string, n int, run func() batchResult) batchResult {
-	m.mu.Lock()
-	m.queue(queue).inFlight += n
-	m.mu.Unlock()
-	defer func() {
-		m.mu.Lock()
-		m.queue(queue).inFlight -= n
-		m.mu.Unlock()
-	}()
-	return run()
 }
 
 // finishedBatch counts what a claim transaction of queue did, once it

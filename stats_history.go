@@ -1,6 +1,9 @@
 package bunqueue
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // HistoryMinutes is how many minutes Client.History returns: the last
 // hour, a minute a slot.
@@ -51,31 +54,15 @@ type QueueHistory struct {
 // last hour, as this process counted them since NewClient (zeros for a
 // queue it did not run, or that has no such name). It only reads memory.
 func (c *Client) History(queue string) QueueHistory {
-	return c.counts.history(queue, time.Now())
+	return QueueHistory(c.counts.History(queue, time.Now()))
 }
 
-// history returns the minutes of queue up to and including now's.
-func (m *counters) history(queue string, now time.Time) QueueHistory {
-	last := now.Unix() / 60
-	first := last - HistoryMinutes + 1
-	h := QueueHistory{Queue: queue, From: time.Unix(first*60, 0).UTC(),
-		Processed: make([]int64, HistoryMinutes), Failed: make([]int64, HistoryMinutes), Started: make([]int64, HistoryMinutes),
-		WaitP50: make([]time.Duration, HistoryMinutes), WaitP95: make([]time.Duration, HistoryMinutes), WaitMax: make([]time.Duration, HistoryMinutes)}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	q := m.queues[queue]
-	if q == nil {
-		return h
+// startedJob counts, for Client.History and the bunqueue.job.wait
+// histogram, the start of the job of row, now, with its wait before
+// start.
+func (c *Client) startedJob(ctx context.Context, row *jobRow) {
+	if d, ok := row.waited(); ok {
+		c.counts.Started(row.Queue, d, time.Now())
+		c.tel.RecordWait(ctx, row.Queue, d)
 	}
-	w := &q.minutes
-	for i, at := range w.at {
-		if at >= first && at <= last {
-			h.Processed[at-first] = w.processed[i]
-			h.Failed[at-first] = w.failed[i]
-		}
-	}
-	if q.waits != nil {
-		q.waits.fill(&h, first, last)
-	}
-	return h
 }

@@ -1,67 +1,41 @@
 package bunqueue
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/bunqueue/bunqueue/internal/stats"
 	"github.com/stretchr/testify/require"
 )
 
-// The counters behind Stats keep the last minute to the second and the
-// last hour to the minute, whatever happened before.
-func TestStatsWindows(t *testing.T) {
+// The errors of finished items that Stats counts as failures, and how
+// RecentFailures describes them: a snooze is none, nor a job given back
+// on stop; a message is cut to RecentFailureBytes.
+func TestStatsFailures(t *testing.T) {
 	t.Parallel()
-	var m counters
-	t0 := time.Unix(1_800_000_000, 0) // on a minute boundary
-	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	read := func(now time.Time) QueueStats {
-		st := QueueStats{Name: "q"}
-		m.read(&st, now)
-		return st
-	}
-	require.Equal(t, QueueStats{Name: "q"}, read(t0), "nothing counted yet")
+	require.Equal(t, RecentFailuresLimit, stats.RecentLimit)
+	require.Equal(t, HistoryMinutes, stats.HistoryMinutes)
 
-	fails := func(n int) []error {
-		errs := make([]error, n)
-		for i := range errs {
-			errs[i] = &ItemError{Queue: "q", Key: fmt.Sprintf("id=%d", i), Err: errors.New("boom")}
-		}
-		return errs
-	}
-	m.add("q", 5, fails(1), at(0))
-	m.add("q", 2, []error{&ItemError{Err: Snooze(time.Second)}}, at(30*time.Second)) // a snooze is no failure
-	m.add("q", 1, fails(3), at(59*time.Second))
-	m.add("other", 100, fails(100), at(0))
-	st := read(at(59 * time.Second))
-	require.Equal(t, [4]int64{8, 4, 8, 4}, [4]int64{st.ProcessedLastMinute, st.FailedLastMinute, st.ProcessedLastHour, st.FailedLastHour})
+	c := &Client{}
+	m := &c.counts
+	now := time.Unix(1_800_000_000, 0)
+	long := "x" + strings.Repeat("é", RecentFailureBytes/2) // cut inside a rune
+	m.add("q", 2, []error{
+		&ItemError{Queue: "q", Key: "id=1", Err: errors.New("boom")},
+		&ItemError{Queue: "q", Key: "id=2", Err: Snooze(time.Second)},
+		&ItemError{Queue: "q", Key: "id=3", Err: fmt.Errorf("released on stop: %w", context.Canceled)},
+		errors.New(long),
+	}, now)
+	st := QueueStats{Name: "q"}
+	m.read(&st, now)
+	require.Equal(t, [2]int64{2, 2}, [2]int64{st.ProcessedLastMinute, st.FailedLastMinute})
 
-	st = read(at(60 * time.Second)) // the first second has left the minute
-	require.Equal(t, [2]int64{3, 3}, [2]int64{st.ProcessedLastMinute, st.FailedLastMinute})
-	require.Equal(t, int64(8), st.ProcessedLastHour)
-
-	m.add("q", 1, nil, at(61*time.Second+time.Minute)) // reuses slot 1 of the seconds
-	st = read(at(61*time.Second + time.Minute))
-	require.Equal(t, int64(1), st.ProcessedLastMinute)
-	require.Equal(t, int64(9), st.ProcessedLastHour)
-
-	st = read(at(59*time.Minute + 59*time.Second))
-	require.Equal(t, int64(0), st.ProcessedLastMinute)
-	require.Equal(t, int64(9), st.ProcessedLastHour)
-	st = read(at(60 * time.Minute)) // the first minute has left the hour
-	require.Equal(t, int64(1), st.ProcessedLastHour)
-	st = read(at(3 * time.Hour))
-	require.Equal(t, int64(0), st.ProcessedLastHour)
-
-	require.Len(t, m.recent, RecentFailuresLimit, "the latest failures, at most RecentFailuresLimit")
-	last := m.recent[len(m.recent)-1]
-	require.Equal(t, Failure{Queue: "other", Key: "id=99", Error: "boom", At: at(0)}, last)
-
-	res := m.running("q", 3, func() batchResult {
-		require.Equal(t, 3, read(t0).InFlight)
-		return batchResult{done: 3}
-	})
-	require.Equal(t, 3, res.done)
-	require.Equal(t, 0, read(t0).InFlight)
+	require.Equal(t, []Failure{
+		{Queue: "q", Error: long[:RecentFailureBytes-1], At: now},
+		{Queue: "q", Key: "id=1", Error: "boom", At: now},
+	}, c.RecentFailures())
 }

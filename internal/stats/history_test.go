@@ -1,7 +1,6 @@
-package bunqueue
+package stats
 
 import (
-	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -13,19 +12,19 @@ import (
 // minute at a time, oldest first, and forgets minutes that left the hour.
 func TestStatsHistory(t *testing.T) {
 	t.Parallel()
-	var m counters
+	var m Counters
 	t0 := time.Unix(1_800_000_000, 0) // on a minute boundary
-	h := m.history("q", t0)
+	h := m.History("q", t0)
 	require.Equal(t, t0.Add(-59*time.Minute).UTC(), h.From)
 	require.Equal(t, make([]int64, HistoryMinutes), h.Processed, "nothing counted yet")
 	require.Equal(t, make([]int64, HistoryMinutes), h.Failed)
 
-	m.add("q", 5, []error{&ItemError{Queue: "q", Key: "id=1", Err: errors.New("boom")}}, t0)
-	m.add("q", 2, nil, t0.Add(59*time.Second))
-	m.add("q", 3, nil, t0.Add(10*time.Minute+30*time.Second))
-	m.add("other", 100, nil, t0.Add(10*time.Minute))
+	m.Add("q", 5, []Failure{{Queue: "q", Key: "id=1", Error: "boom", At: t0}}, t0)
+	m.Add("q", 2, nil, t0.Add(59*time.Second))
+	m.Add("q", 3, nil, t0.Add(10*time.Minute+30*time.Second))
+	m.Add("other", 100, nil, t0.Add(10*time.Minute))
 	now := t0.Add(10*time.Minute + 31*time.Second)
-	h = m.history("q", now)
+	h = m.History("q", now)
 	require.Equal(t, "q", h.Queue)
 	require.Equal(t, t0.Add(-49*time.Minute).UTC(), h.From, "the minute 59 minutes before now's")
 	want := make([]int64, HistoryMinutes)
@@ -35,17 +34,16 @@ func TestStatsHistory(t *testing.T) {
 	wantFailed[49] = 1
 	require.Equal(t, wantFailed, h.Failed)
 
-	st := QueueStats{Name: "q"}
-	m.read(&st, now)
+	st := m.Read("q", now)
 	require.Equal(t, st.ProcessedLastHour, sumMinutes(h.Processed), "the hour's figures are the minutes' sums")
 	require.Equal(t, st.FailedLastHour, sumMinutes(h.Failed))
 
-	h = m.history("q", t0.Add(60*time.Minute)) // the first minute has left the hour
+	h = m.History("q", t0.Add(60*time.Minute)) // the first minute has left the hour
 	want = make([]int64, HistoryMinutes)
 	want[9] = 3 // minute 10, now the tenth
 	require.Equal(t, want, h.Processed)
-	require.Equal(t, make([]int64, HistoryMinutes), m.history("q", t0.Add(3*time.Hour)).Processed)
-	require.Equal(t, make([]int64, HistoryMinutes), m.history("none", now).Processed)
+	require.Equal(t, make([]int64, HistoryMinutes), m.History("q", t0.Add(3*time.Hour)).Processed)
+	require.Equal(t, make([]int64, HistoryMinutes), m.History("none", now).Processed)
 }
 
 func sumMinutes(xs []int64) (n int64) {
@@ -98,16 +96,16 @@ func TestWaitHistogram(t *testing.T) {
 // told apart by Started, and minutes that left the hour forgotten.
 func TestWaitHistory(t *testing.T) {
 	t.Parallel()
-	var m counters
+	var m Counters
 	t0 := time.Unix(1_800_000_000, 0) // on a minute boundary
-	m.started("q", 400*time.Millisecond, t0)
-	m.started("q", 0, t0.Add(30*time.Second))
-	m.started("q", 2*time.Second, t0.Add(59*time.Second))
-	m.started("q", 0, t0.Add(10*time.Minute))
-	m.started("other", time.Hour, t0)
-	m.add("table", 3, nil, t0)
+	m.Started("q", 400*time.Millisecond, t0)
+	m.Started("q", 0, t0.Add(30*time.Second))
+	m.Started("q", 2*time.Second, t0.Add(59*time.Second))
+	m.Started("q", 0, t0.Add(10*time.Minute))
+	m.Started("other", time.Hour, t0)
+	m.Add("table", 3, nil, t0)
 
-	h := m.history("q", t0.Add(10*time.Minute+1*time.Second))
+	h := m.History("q", t0.Add(10*time.Minute+1*time.Second))
 	zeros := make([]time.Duration, HistoryMinutes)
 	started, p50, p95, most := make([]int64, HistoryMinutes), slices.Clone(zeros), slices.Clone(zeros), slices.Clone(zeros)
 	started[49], started[59] = 3, 1
@@ -118,19 +116,19 @@ func TestWaitHistory(t *testing.T) {
 	require.Equal(t, most, h.WaitMax)
 	require.Zero(t, h.WaitMax[59], "a start with no wait")
 
-	h = m.history("q", t0.Add(60*time.Minute)) // the first minute has left the hour
+	h = m.History("q", t0.Add(60*time.Minute)) // the first minute has left the hour
 	started = make([]int64, HistoryMinutes)
 	started[9] = 1 // minute 10, now the tenth
 	require.Equal(t, started, h.Started)
 	require.Equal(t, zeros, h.WaitMax)
 
-	m.started("q", time.Second, t0.Add(70*time.Minute)) // the slot of minute 10 again
-	h = m.history("q", t0.Add(70*time.Minute))
+	m.Started("q", time.Second, t0.Add(70*time.Minute)) // the slot of minute 10 again
+	h = m.History("q", t0.Add(70*time.Minute))
 	started = make([]int64, HistoryMinutes)
 	started[59] = 1
 	require.Equal(t, started, h.Started, "minute 10's slot now counts minute 70")
 	require.Equal(t, time.Second, h.WaitMax[59])
 
-	require.Equal(t, make([]int64, HistoryMinutes), m.history("table", t0).Started, "a table queue starts no job")
-	require.Equal(t, zeros, m.history("none", t0).WaitP95)
+	require.Equal(t, make([]int64, HistoryMinutes), m.History("table", t0).Started, "a table queue starts no job")
+	require.Equal(t, zeros, m.History("none", t0).WaitP95)
 }

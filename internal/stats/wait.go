@@ -1,7 +1,6 @@
-package bunqueue
+package stats
 
 import (
-	"context"
 	"math"
 	"time"
 )
@@ -75,8 +74,8 @@ func (w *waitWindow) add(minute int64, d time.Duration) {
 }
 
 // fill sets h's waits of the minutes from first to last (h.From's and
-// now's), whose slices it allocates.
-func (w *waitWindow) fill(h *QueueHistory, first, last int64) {
+// now's), in the slices History made.
+func (w *waitWindow) fill(h *History, first, last int64) {
 	for i, at := range w.at {
 		if at < first || at > last || w.minutes[i].n == 0 {
 			continue
@@ -87,9 +86,9 @@ func (w *waitWindow) fill(h *QueueHistory, first, last int64) {
 	}
 }
 
-// started counts the start, at now, of a job of queue that had waited d
+// Started counts the start, at now, of a job of queue that had waited d
 // since it became due.
-func (m *counters) started(queue string, d time.Duration, now time.Time) {
+func (m *Counters) Started(queue string, d time.Duration, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	q := m.queue(queue)
@@ -97,14 +96,4 @@ func (m *counters) started(queue string, d time.Duration, now time.Time) {
 		q.waits = &waitWindow{} // a jobs queue's, once it starts a job
 	}
 	q.waits.add(now.Unix()/60, d)
-}
-
-// startedJob counts, for Client.History and the bunqueue.job.wait
-// histogram, the start of the job of row, now, with its wait before
-// start.
-func (c *Client) startedJob(ctx context.Context, row *jobRow) {
-	if d, ok := row.waited(); ok {
-		c.counts.started(row.Queue, d, time.Now())
-		c.tel.waitDuration.Record(ctx, d.Seconds(), c.tel.queueSet(row.Queue, ""))
-	}
 }
