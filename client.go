@@ -274,15 +274,8 @@ func (c *Client) checkJobsTables(ctx context.Context) error {
 			return fmt.Errorf("bunqueue: the jobs tables are not ready (run bunqueue.Migrate, or apply bunqueue.MigrationSQL): %w", err)
 		}
 	}
-	// A column of schema version 7, which the claims read, and those of
-	// version 8, which a failed attempt writes.
-	for _, probe := range []string{
-		"SELECT " + jobsql.LimitKeyColumn + ", " + jobsql.AttemptErrorsColumn + " FROM " + jobsql.Jobs + " WHERE 1 = 0",
-		"SELECT " + jobsql.AttemptErrorsColumn + " FROM " + jobsql.Failed + " WHERE 1 = 0",
-	} {
-		if _, err := c.db.ExecContext(ctx, probe); err != nil {
-			return fmt.Errorf("bunqueue: the jobs tables are of an older schema version (run bunqueue.Migrate, or apply bunqueue.MigrationSQL): %w", err)
-		}
+	if err := jobsql.CheckColumns(ctx, c.db); err != nil {
+		return fmt.Errorf("bunqueue: the jobs tables are of an older schema version (run bunqueue.Migrate, or apply bunqueue.MigrationSQL): %w", err)
 	}
 	return nil
 }
