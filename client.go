@@ -13,6 +13,7 @@ import (
 	"github.com/uptrace/bun/schema"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/bunqueue/bunqueue/internal/idle"
 	"github.com/bunqueue/bunqueue/internal/jobsql"
 	"github.com/bunqueue/bunqueue/internal/prepared"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
@@ -48,7 +49,7 @@ type Client struct {
 	// Config.NoPreparedStatements, or where the dialect prepares none.
 	stmts *prepared.Cache
 
-	idle     *idleWatch             // the queues whose feeds wait for work, probed together
+	idle     *idle.Watcher          // the queues whose feeds wait for work, probed together
 	watching atomic.Pointer[watch]  // set by Start: the runners QueryHook wakes, by table
 	pauses   atomic.Pointer[pauses] // set by Start: the runners PauseQueue pauses, by name
 	counts   counters               // what the workers did, for Stats
@@ -289,7 +290,7 @@ func (c *Client) run(ctx context.Context, runners []*runner) {
 	c.cancel = cancel
 	c.started = true
 	c.watching.Store(c.newWatch(runners))
-	c.idle = newIdleWatch()
+	c.idle = c.newIdleWatch()
 	c.workers.Add(1)
 	go c.watchIdle(workCtx)
 	c.startListening(workCtx, runners)

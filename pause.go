@@ -170,19 +170,21 @@ func (g *pauseGate) isPaused() bool {
 	return g.paused
 }
 
-// pauses is a started client's view of its queues' pause flags.
+// pauses is a started client's view of its queues' pause flags. The idle
+// watcher reads them (it is its idle.Flags).
 type pauses struct {
 	on      bool // the queues table existed at Start
 	names   []string
 	runners map[string][]*runner
 	every   time.Duration // the shortest poll interval of the queues
+	apply   func(name string, paused bool)
 }
 
 // newPauses gathers runners by name, and reads their flags once, so that
 // a queue paused before Start starts paused. A missing queues table turns
 // pauses off, with a line in the log.
 func (c *Client) newPauses(ctx context.Context, runners []*runner) (*pauses, error) {
-	p := &pauses{runners: map[string][]*runner{}}
+	p := &pauses{runners: map[string][]*runner{}, apply: c.applyPause}
 	for _, r := range runners {
 		if r.gate == nil {
 			r.gate = newPauseGate()
@@ -218,17 +220,26 @@ func (c *Client) newPauses(ctx context.Context, runners []*runner) (*pauses, err
 	return p, nil
 }
 
-// columns returns the idle probe's columns that read the flags, in the
-// order of p.names; none if pauses are off.
-func (p *pauses) columns(db bun.IDB) []*bun.SelectQuery {
-	if p == nil || !p.on {
-		return nil
-	}
+// Every implements idle.Flags: the flags are read at the shortest poll
+// interval of the queues.
+func (p *pauses) Every() time.Duration { return p.every }
+
+// Columns implements idle.Flags: the columns that read the flags, in the
+// order of p.names.
+func (p *pauses) Columns(db bun.IDB) []*bun.SelectQuery {
 	cols := make([]*bun.SelectQuery, len(p.names))
 	for i, name := range p.names {
 		cols[i] = queuesql.PausedColumn(db, name)
 	}
 	return cols
+}
+
+// Apply implements idle.Flags: it pauses or resumes the queues of
+// p.names as the flags read by Columns say.
+func (p *pauses) Apply(paused []bool) {
+	for i, name := range p.names {
+		p.apply(name, paused[i])
+	}
 }
 
 // applyPause pauses or resumes the started runners of the queue named
