@@ -13,6 +13,7 @@ import (
 	"github.com/uptrace/bun/schema"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/bunqueue/bunqueue/internal/idle"
 	"github.com/bunqueue/bunqueue/internal/jobsql"
 	"github.com/bunqueue/bunqueue/internal/prepared"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
@@ -49,7 +50,7 @@ type Client struct {
 	// Config.NoPreparedStatements, or where the dialect prepares none.
 	stmts *prepared.Cache
 
-	idle     *idleWatch             // the queues whose feeds wait for work, probed together
+	idle     *idle.Watcher          // the queues whose feeds wait for work, probed together
 	watching atomic.Pointer[watch]  // set by Start: the runners QueryHook wakes, by table
 	pauses   atomic.Pointer[pauses] // set by Start: the runners PauseQueue pauses, by name
 	counts   counters               // what the workers did, for Stats
@@ -275,15 +276,8 @@ func (c *Client) checkJobsTables(ctx context.Context) error {
 			return fmt.Errorf("bunqueue: the jobs tables are not ready (run bunqueue.Migrate, or apply bunqueue.MigrationSQL): %w", err)
 		}
 	}
-	// A column of schema version 7, which the claims read, and those of
-	// version 8, which a failed attempt writes.
-	for _, probe := range []string{
-		"SELECT " + jobsql.LimitKeyColumn + ", " + jobsql.AttemptErrorsColumn + " FROM " + jobsql.Jobs + " WHERE 1 = 0",
-		"SELECT " + jobsql.AttemptErrorsColumn + " FROM " + jobsql.Failed + " WHERE 1 = 0",
-	} {
-		if _, err := c.db.ExecContext(ctx, probe); err != nil {
-			return fmt.Errorf("bunqueue: the jobs tables are of an older schema version (run bunqueue.Migrate, or apply bunqueue.MigrationSQL): %w", err)
-		}
+	if err := jobsql.CheckColumns(ctx, c.db); err != nil {
+		return fmt.Errorf("bunqueue: the jobs tables are of an older schema version (run bunqueue.Migrate, or apply bunqueue.MigrationSQL): %w", err)
 	}
 	return nil
 }
@@ -297,7 +291,7 @@ func (c *Client) run(ctx context.Context, runners []*runner) {
 	c.cancel = cancel
 	c.started = true
 	c.watching.Store(c.newWatch(runners))
-	c.idle = newIdleWatch()
+	c.idle = c.newIdleWatch()
 	c.workers.Add(1)
 	go c.watchIdle(workCtx)
 	c.startListening(workCtx, runners)

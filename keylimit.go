@@ -232,8 +232,7 @@ func (k *keyLimit) check(ctx context.Context, c *Client) error {
 	if k == nil {
 		return nil
 	}
-	var n int
-	if err := c.db.NewRaw("SELECT COUNT(*) FROM "+slotsql.Slots+" WHERE 1 = 0").Scan(ctx, &n); err != nil {
+	if err := slotsql.CheckTable(ctx, c.db); err != nil {
 		if c.dialect.MissingTable(err) {
 			return fmt.Errorf("bunqueue: queue %q: its per-key limits need the %s table of schema version 6: run bunqueue.Migrate (or apply bunqueue.MigrationSQL): %w",
 				k.queue, slotsql.Slots, err)

@@ -93,9 +93,7 @@ func (c *Client) channel(ctx context.Context, db bun.IDB) (string, error) {
 	if ch != "" {
 		return ch, nil
 	}
-	var schema string
-	err := db.NewRaw("SELECT COALESCE((SELECT n.nspname FROM pg_class AS t JOIN pg_namespace AS n ON n.oid = t.relnamespace WHERE t.oid = to_regclass(?)), current_schema(), '')",
-		migrate.JobsTable).Scan(ctx, &schema)
+	schema, err := signal.Schema(ctx, db, migrate.JobsTable)
 	if err != nil {
 		return "", fmt.Errorf("bunqueue: read the schema of the notification channel: %w", err)
 	}

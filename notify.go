@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -13,9 +12,6 @@ import (
 
 	"github.com/bunqueue/bunqueue/internal/signal"
 )
-
-// notifyComment tags the statement that sends signals.
-const notifyComment = "/* bunqueue: notify */ "
 
 // Notify tells the workers of the table queue named queue, in every
 // process whose client listens (Config.Listener), that rows may be
@@ -177,20 +173,5 @@ func (c *Client) signal(ctx context.Context, db bun.IDB, msgs ...signal.Message)
 	if err != nil {
 		return err
 	}
-	var sql strings.Builder
-	sql.WriteString(notifyComment + "SELECT ")
-	args := make([]any, 0, 2*len(msgs))
-	for i, m := range msgs {
-		payload, err := m.Encode()
-		if err != nil {
-			return err
-		}
-		if i > 0 {
-			sql.WriteString(", ")
-		}
-		sql.WriteString("pg_notify(?, ?)")
-		args = append(args, ch, payload)
-	}
-	_, err = db.NewRaw(sql.String(), args...).Exec(ctx)
-	return err
+	return signal.Send(ctx, db, ch, msgs...)
 }

@@ -2,16 +2,13 @@ package bunqueue
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/dialect"
 
-	"github.com/bunqueue/bunqueue/internal/migrate"
+	"github.com/bunqueue/bunqueue/internal/queuesql"
 	"github.com/bunqueue/bunqueue/internal/signal"
 )
 
@@ -53,18 +50,17 @@ func (c *Client) setPaused(ctx context.Context, name string, paused bool) error 
 	if err := checkQueueName(name); err != nil {
 		return fmt.Errorf("bunqueue: %s: %w", op, err)
 	}
-	query := c.pauseSQL()
+	set := queuesql.New(c.dialect).Pause
 	if !paused {
-		query = "UPDATE " + migrate.QueuesTable + " SET paused_at = NULL, updated_at = " + c.dialect.Now() + " WHERE name = ?"
+		set = queuesql.New(c.dialect).Resume
 	}
 	err := c.retry(ctx, func() error { // a conflict, or SQLite's busy lock
-		_, err := c.db.NewRaw(query, name).Exec(ctx)
-		return err
+		return set(ctx, c.db, name)
 	})
 	if err != nil {
 		if c.dialect.MissingTable(err) {
 			return fmt.Errorf("bunqueue: %s(%q): the %s table is missing (run bunqueue.Migrate, or apply bunqueue.MigrationSQL): %w",
-				op, name, migrate.QueuesTable, err)
+				op, name, queuesql.Queues, err)
 		}
 		return fmt.Errorf("bunqueue: %s(%q): %w", op, name, c.dialect.Advise(err))
 	}
@@ -107,25 +103,14 @@ func (c *Client) PausedQueues(ctx context.Context) ([]string, error) {
 // readPaused returns the names of the paused queues, sorted; found is
 // false, with no error, if the queues table does not exist.
 func (c *Client) readPaused(ctx context.Context) (names []string, found bool, err error) {
-	err = c.db.NewRaw("SELECT name FROM "+migrate.QueuesTable+" WHERE paused_at IS NOT NULL ORDER BY name").Scan(ctx, &names)
+	names, err = queuesql.Paused(ctx, c.db)
 	switch {
 	case err != nil && c.dialect.MissingTable(err):
 		return nil, false, nil
-	case err != nil && !errors.Is(err, sql.ErrNoRows):
+	case err != nil:
 		return nil, true, err
 	}
 	return names, true, nil
-}
-
-// pauseSQL is the upsert that marks a queue paused, keeping the time of
-// the first pause.
-func (c *Client) pauseSQL() string {
-	now := c.dialect.Now()
-	insert := "INSERT INTO " + migrate.QueuesTable + " (name, paused_at, updated_at) VALUES (?, " + now + ", " + now + ")"
-	if c.db.Dialect().Name() == dialect.MySQL {
-		return insert + " ON DUPLICATE KEY UPDATE paused_at = COALESCE(paused_at, " + now + "), updated_at = " + now
-	}
-	return insert + " ON CONFLICT (name) DO UPDATE SET paused_at = COALESCE(" + migrate.QueuesTable + ".paused_at, excluded.paused_at), updated_at = excluded.updated_at"
 }
 
 // checkQueueName returns what makes name unfit for the queues table.
@@ -134,13 +119,6 @@ func checkQueueName(name string) error {
 		return fmt.Errorf("the queue name must have 1 to 128 bytes, got %q", name)
 	}
 	return checkText("the queue name", name)
-}
-
-// pauseColumn is the idle probe's column that tells whether the queue
-// named name is paused: 1 if it is, NULL if not.
-func pauseColumn(db bun.IDB, name string) *bun.SelectQuery {
-	return db.NewSelect().TableExpr(migrate.QueuesTable).ColumnExpr("1").
-		Where("name = ?", name).Where("paused_at IS NOT NULL")
 }
 
 // pauseGate is whether a started runner's queue is paused.
@@ -192,19 +170,21 @@ func (g *pauseGate) isPaused() bool {
 	return g.paused
 }
 
-// pauses is a started client's view of its queues' pause flags.
+// pauses is a started client's view of its queues' pause flags. The idle
+// watcher reads them (it is its idle.Flags).
 type pauses struct {
 	on      bool // the queues table existed at Start
 	names   []string
 	runners map[string][]*runner
 	every   time.Duration // the shortest poll interval of the queues
+	apply   func(name string, paused bool)
 }
 
 // newPauses gathers runners by name, and reads their flags once, so that
 // a queue paused before Start starts paused. A missing queues table turns
 // pauses off, with a line in the log.
 func (c *Client) newPauses(ctx context.Context, runners []*runner) (*pauses, error) {
-	p := &pauses{runners: map[string][]*runner{}}
+	p := &pauses{runners: map[string][]*runner{}, apply: c.applyPause}
 	for _, r := range runners {
 		if r.gate == nil {
 			r.gate = newPauseGate()
@@ -229,7 +209,7 @@ func (c *Client) newPauses(ctx context.Context, runners []*runner) (*pauses, err
 	}
 	p.on = found
 	if !p.on {
-		c.cfg.Logger.InfoContext(ctx, "bunqueue: PauseQueue is not seen by this client: the "+migrate.QueuesTable+
+		c.cfg.Logger.InfoContext(ctx, "bunqueue: PauseQueue is not seen by this client: the "+queuesql.Queues+
 			" table is missing (run bunqueue.Migrate, then start the client again)")
 	}
 	for _, name := range paused {
@@ -240,17 +220,26 @@ func (c *Client) newPauses(ctx context.Context, runners []*runner) (*pauses, err
 	return p, nil
 }
 
-// columns returns the idle probe's columns that read the flags, in the
-// order of p.names; none if pauses are off.
-func (p *pauses) columns(db bun.IDB) []*bun.SelectQuery {
-	if p == nil || !p.on {
-		return nil
-	}
+// Every implements idle.Flags: the flags are read at the shortest poll
+// interval of the queues.
+func (p *pauses) Every() time.Duration { return p.every }
+
+// Columns implements idle.Flags: the columns that read the flags, in the
+// order of p.names.
+func (p *pauses) Columns(db bun.IDB) []*bun.SelectQuery {
 	cols := make([]*bun.SelectQuery, len(p.names))
 	for i, name := range p.names {
-		cols[i] = pauseColumn(db, name)
+		cols[i] = queuesql.PausedColumn(db, name)
 	}
 	return cols
+}
+
+// Apply implements idle.Flags: it pauses or resumes the queues of
+// p.names as the flags read by Columns say.
+func (p *pauses) Apply(paused []bool) {
+	for i, name := range p.names {
+		p.apply(name, paused[i])
+	}
 }
 
 // applyPause pauses or resumes the started runners of the queue named

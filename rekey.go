@@ -138,7 +138,7 @@ func assignedKey(query, table string, pks []string) string {
 // namesTable reports whether refs name table, in any schema.
 func namesTable(refs []tableRef, table string) bool {
 	for _, r := range refs {
-		if r.name == table {
+		if r.Name == table {
 			return true
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bunqueue/bunqueue/internal/migrate"
 	"github.com/bunqueue/bunqueue/internal/sqltoken"
+	"github.com/bunqueue/bunqueue/internal/wake"
 )
 
 // QueryHook returns a bun query hook that wakes this client's sleeping
@@ -269,9 +270,9 @@ func (h *wakeHook) AfterQuery(ctx context.Context, e *bun.QueryEvent) {
 // into the jobs table, only the jobs queues it names (see
 // byQueueLiteral).
 func (w *watch) woken(ctx context.Context, e *bun.QueryEvent, ws []*watcher) []*watcher {
-	var buf [4]tableRef
-	op, refs := writeTargets(e.Query, buf[:0])
-	if op == notWrite {
+	var buf [4]wake.Table
+	op, refs := wake.Targets(e.Query, buf[:0])
+	if op == wake.NotWrite {
 		return nil
 	}
 	ws = w.of(refs, ws)
@@ -281,7 +282,7 @@ func (w *watch) woken(ctx context.Context, e *bun.QueryEvent, ws []*watcher) []*
 	if self, _ := ctx.Value(workerKey{}).(*runner); self != nil {
 		ws = notOwn(ws, self, op)
 	}
-	if op == opInsert {
+	if op == wake.Insert {
 		ws = byQueueLiteral(ws, e.Query)
 		if f, _ := ctx.Value(handOverKey{}).(*feed); f != nil {
 			ws = slices.DeleteFunc(ws, func(w *watcher) bool { return w.r == f.r }) // handed over: see handover.go
@@ -292,10 +293,10 @@ func (w *watch) woken(ctx context.Context, e *bun.QueryEvent, ws []*watcher) []*
 
 // of appends to ws the watchers of the tables of refs. A name without a
 // schema matches the table in any schema.
-func (w *watch) of(refs []tableRef, ws []*watcher) []*watcher {
+func (w *watch) of(refs []wake.Table, ws []*watcher) []*watcher {
 	for _, ref := range refs {
-		for _, wt := range w.tables[ref.name] {
-			if ref.schema == "" || wt.schema == "" || ref.schema == wt.schema {
+		for _, wt := range w.tables[ref.Name] {
+			if ref.Schema == "" || wt.schema == "" || ref.Schema == wt.schema {
 				ws = appendNew(ws, wt)
 			}
 		}
@@ -319,10 +320,10 @@ func unchanged(e *bun.QueryEvent) bool {
 // as soon as its batch ends. A jobs worker's UPDATEs of the jobs table
 // are the library's (leases, heartbeats, retries), on jobs of its own
 // queue: they wake no jobs queue.
-func notOwn(ws []*watcher, self *runner, op writeOp) []*watcher {
+func notOwn(ws []*watcher, self *runner, op wake.Op) []*watcher {
 	jobsWorker := false
 	for _, wt := range ws {
-		jobsWorker = jobsWorker || op == opUpdate && wt.r == self && wt.jobs
+		jobsWorker = jobsWorker || op == wake.Update && wt.r == self && wt.jobs
 	}
 	kept := ws[:0]
 	for _, wt := range ws {
@@ -341,7 +342,7 @@ func (h *wakeHook) wakeAtCommit(ctx context.Context, ws []*watcher) {
 	if m, _ := ctx.Value(markKey{h}).(*txMark); m != nil && m.add(ws) {
 		return // woken at commit
 	}
-	wake(ws)
+	wakeAll(ws)
 	if h.open.Load() == 0 {
 		return
 	}
@@ -368,7 +369,7 @@ func (h *wakeHook) afterTxControl(ctx context.Context, e *bun.QueryEvent) bool {
 	case "COMMIT":
 		// Even a failed COMMIT may have committed: wake.
 		ws, sends := h.end(ctx)
-		wake(ws)
+		wakeAll(ws)
 		h.flushPending()
 		end := sendEnd{}
 		if e.Err != nil {
@@ -413,10 +414,11 @@ func (h *wakeHook) flushPending() {
 	h.pending = nil
 	h.hasPending.Store(false)
 	h.pendingMu.Unlock()
-	wake(ws)
+	wakeAll(ws)
 }
 
-func wake(ws []*watcher) {
+// wakeAll wakes the runners of ws.
+func wakeAll(ws []*watcher) {
 	for _, w := range ws {
 		w.r.poke()
 	}
@@ -453,142 +455,16 @@ func byQueueLiteral(ws []*watcher, query string) []*watcher {
 	return kept
 }
 
-// writeOp is what a statement does, as far as the hook cares.
-type writeOp uint8
+// rekeyHook reads UPDATEs as the wake-up hook does: these name
+// internal/wake's readers for rekey.go.
+type tableRef = wake.Table
 
-const (
-	notWrite writeOp = iota
-	opInsert         // INSERT or REPLACE
-	opUpdate
-)
+func afterWith(s *sqltoken.Scanner) sqltoken.Token { return wake.AfterWith(s) }
 
-// tableRef is a table a statement names, lower-case.
-type tableRef struct{ schema, name string }
-
-// writeTargets reads the start of a MySQL statement: if it is an INSERT
-// or REPLACE, it appends the table it inserts into to refs; if it is an
-// UPDATE, every table named in its table references (before SET). It
-// skips comments, a leading WITH clause and modifiers such as IGNORE, and
-// reads quoted and schema-qualified names ("name" too, as under
-// ANSI_QUOTES and on PostgreSQL). It returns notWrite for any other
-// statement.
-func writeTargets(query string, refs []tableRef) (writeOp, []tableRef) {
-	s := sqltoken.NewScanner(query, sqltoken.MySQL)
-	kw := s.Next()
-	if kw.Kind != sqltoken.Word {
-		return notWrite, refs
-	}
-	if kw.IsWord("WITH") {
-		kw = afterWith(&s)
-	}
-	switch {
-	case kw.IsWord("INSERT") || kw.IsWord("REPLACE"):
-		t := s.Next()
-		for isAnyWord(t, "LOW_PRIORITY", "DELAYED", "HIGH_PRIORITY", "IGNORE") {
-			t = s.Next()
-		}
-		if t.IsWord("INTO") {
-			t = s.Next()
-		}
-		if ref, ok := table(&s, t); ok {
-			refs = append(refs, ref)
-		}
-		return opInsert, refs
-	case kw.IsWord("UPDATE"):
-		refs, _ = updateTables(&s, refs)
-		return opUpdate, refs
-	}
-	return notWrite, refs
-}
-
-// updateTables reads the table references of an UPDATE, after its
-// keyword, appends each table they name to refs, and reports whether
-// their end was SET; s is then after it.
 func updateTables(s *sqltoken.Scanner, refs []tableRef) ([]tableRef, bool) {
-	t := s.Next()
-	for isAnyWord(t, "LOW_PRIORITY", "IGNORE") {
-		t = s.Next()
-	}
-	depth, expect := 0, true
-	for ; t.Kind != sqltoken.End; t = s.Next() {
-		switch {
-		case t.Is("("):
-			depth++
-			expect = false
-		case t.Is(")"):
-			depth = max(depth-1, 0)
-		case depth > 0:
-		case t.Is(","):
-			expect = true
-		case t.IsWord("SET"):
-			return refs, true
-		case isAnyWord(t, "JOIN", "STRAIGHT_JOIN"):
-			expect = true
-		case expect:
-			expect = false
-			if ref, ok := table(s, t); ok {
-				refs = append(refs, ref)
-			}
-		}
-	}
-	return refs, false
+	return wake.UpdateTables(s, refs)
 }
 
-// isAnyWord reports whether t is one of words, in any case.
-func isAnyWord(t sqltoken.Token, words ...string) bool {
-	for _, w := range words {
-		if t.IsWord(w) {
-			return true
-		}
-	}
-	return false
-}
+func isAnyWord(t sqltoken.Token, words ...string) bool { return wake.IsAnyWord(t, words...) }
 
-// afterWith skips a WITH clause and returns the keyword of the statement
-// it belongs to (End if there is none).
-func afterWith(s *sqltoken.Scanner) sqltoken.Token {
-	depth := 0
-	for {
-		t := s.Next()
-		switch {
-		case t.Kind == sqltoken.End:
-			return t
-		case t.Is("("):
-			depth++
-		case t.Is(")"):
-			depth = max(depth-1, 0)
-		case depth == 0 && isAnyWord(t, "SELECT", "INSERT", "REPLACE", "UPDATE", "DELETE"):
-			return t
-		}
-	}
-}
-
-// table reads a table name that starts with the token t, and a schema
-// before it if there is one.
-func table(s *sqltoken.Scanner, t sqltoken.Token) (tableRef, bool) {
-	name, ok := identifier(t)
-	if !ok {
-		return tableRef{}, false
-	}
-	if !s.Peek().Is(".") {
-		return tableRef{name: name}, true
-	}
-	s.Next()
-	table, ok := identifier(s.Next())
-	if !ok {
-		return tableRef{}, false
-	}
-	return tableRef{schema: name, name: table}, true
-}
-
-// identifier returns the lower-case name a token names, if it names one:
-// a word (a number, for a name that starts with a digit), a quoted
-// identifier, or a string in double quotes.
-func identifier(t sqltoken.Token) (string, bool) {
-	switch {
-	case t.Kind == sqltoken.Word || t.Kind == sqltoken.Number || t.Kind == sqltoken.Ident,
-		t.Kind == sqltoken.String && t.Text[0] == '"':
-		return strings.ToLower(t.Value), true
-	}
-	return "", false
-}
+func identifier(t sqltoken.Token) (string, bool) { return wake.Identifier(t) }

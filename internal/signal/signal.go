@@ -7,6 +7,10 @@
 // Receivers ignore kinds they do not know, so a newer process may send
 // kinds an older one does not read. A Hub hands the messages a listening
 // connection receives to the subscribers of their kind.
+//
+// The package holds the SQL of the signals that runs through bun: the
+// statement that sends (Send) and the read of the channel's schema
+// (Schema). Listening is the Listener's, on a connection of its own.
 package signal
 
 import (

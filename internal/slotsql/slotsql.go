@@ -55,6 +55,13 @@ func (l Limit) where() (string, []any) {
 	return "queue = ? AND kind = ? AND slot_key = ?", []any{l.Queue, int(l.Kind), l.Key}
 }
 
+// CheckTable fails, through db, if the slots table is missing (a
+// dialect's MissingTable tells that error apart). It reads no row.
+func CheckTable(ctx context.Context, db bun.IDB) error {
+	var n int
+	return db.NewRaw("SELECT COUNT(*) FROM "+Slots+" WHERE 1 = 0").Scan(ctx, &n)
+}
+
 // SQL is the statements on the slots table of one kind of server.
 type SQL struct{ d sqldialect.Dialect }
 
