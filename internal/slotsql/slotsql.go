@@ -61,6 +61,13 @@ type SQL struct{ d sqldialect.Dialect }
 // New returns the statements of d's server.
 func New(d sqldialect.Dialect) SQL { return SQL{d: d} }
 
+// Probe reads the slots table without reading a row of it: it fails if
+// the table is missing.
+func (s SQL) Probe(ctx context.Context, db bun.IDB) error {
+	var n int
+	return db.NewRaw("SELECT COUNT(*) FROM "+Slots+" WHERE 1 = 0").Scan(ctx, &n)
+}
+
 // Ensure creates the slots 0 to n-1 of l that do not exist. Processes
 // that start together may insert the same slot: the one that comes second
 // skips it.
