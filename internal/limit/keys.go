@@ -104,7 +104,7 @@ func (k *Keys) limit(key string) slotsql.Limit {
 
 // Check fails if the slots table is missing, at Start.
 func (k *Keys) Check(ctx context.Context) error {
-	if err := k.sql.Probe(ctx, k.db); err != nil {
+	if err := slotsql.CheckTable(ctx, k.db); err != nil {
 		if k.d.MissingTable(err) {
 			return fmt.Errorf("bunqueue: queue %q: its per-key limits need the %s table of schema version 6: run bunqueue.Migrate (or apply bunqueue.MigrationSQL): %w",
 				k.queue, slotsql.Slots, err)

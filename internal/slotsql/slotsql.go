@@ -55,18 +55,18 @@ func (l Limit) where() (string, []any) {
 	return "queue = ? AND kind = ? AND slot_key = ?", []any{l.Queue, int(l.Kind), l.Key}
 }
 
+// CheckTable fails, through db, if the slots table is missing (a
+// dialect's MissingTable tells that error apart). It reads no row.
+func CheckTable(ctx context.Context, db bun.IDB) error {
+	var n int
+	return db.NewRaw("SELECT COUNT(*) FROM "+Slots+" WHERE 1 = 0").Scan(ctx, &n)
+}
+
 // SQL is the statements on the slots table of one kind of server.
 type SQL struct{ d sqldialect.Dialect }
 
 // New returns the statements of d's server.
 func New(d sqldialect.Dialect) SQL { return SQL{d: d} }
-
-// Probe reads the slots table without reading a row of it: it fails if
-// the table is missing.
-func (s SQL) Probe(ctx context.Context, db bun.IDB) error {
-	var n int
-	return db.NewRaw("SELECT COUNT(*) FROM "+Slots+" WHERE 1 = 0").Scan(ctx, &n)
-}
 
 // Ensure creates the slots 0 to n-1 of l that do not exist. Processes
 // that start together may insert the same slot: the one that comes second
