@@ -27,12 +27,12 @@ const txAttempts = 8
 // them in one transaction on s (nil: on the pool), retrying the whole transaction with jitter on
 // deadlocks and lock wait timeouts.
 func (q *Queue[T]) runBatch(ctx context.Context, s *session, limit int, keys []feedKey) batchResult {
-	tk, err := q.rate.takeTokens(ctx, want(limit, keys))
+	tk, err := q.rate.TakeTokens(ctx, want(limit, keys))
 	if err != nil {
 		return batchResult{err: err}
 	}
-	defer tk.giveBack(ctx, q.client.cfg.Logger)
-	limit, keys, untried := tk.fit(limit, keys)
+	defer tk.GiveBack(ctx, q.client.cfg.Logger)
+	limit, keys, untried := fit(tk, limit, keys)
 	var res batchResult
 	_ = q.client.retry(ctx, func() error {
 		res = q.containBatch(ctx, s, limit, keys, tk)

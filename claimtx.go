@@ -27,14 +27,14 @@ const (
 // processed left the queue, settles each row's outcome and commits. With
 // a RateLimit it claims no more rows than tk has left.
 func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []feedKey, tk *tokens) batchResult {
-	limit, keys, _ = tk.fit(limit, keys)
+	limit, keys, _ = fit(tk, limit, keys)
 	b := &claimTx[T]{q: q, s: s, limit: limit, keys: keys, prep: s != nil && q.prepares, tk: tk}
 	defer b.end()
 	// Under a GlobalLimit (or a RateLimit kept in the transaction) the
 	// batch's span starts once the transaction holds a slot, so that a
 	// worker waiting for one leaves no trace per look; else before BEGIN,
 	// so that the whole transaction is in it.
-	if q.slots == nil && !q.rate.inClaim() {
+	if q.slots == nil && !q.rate.InClaim() {
 		ctx, b.span = q.client.tel.StartBatch(ctx, q.name)
 	}
 	if !b.begin(ctx) || !b.takeSlot(ctx) || !b.takeTokensInTx(ctx) {
@@ -102,7 +102,7 @@ func (b *claimTx[T]) end() {
 		_ = b.tx.Rollback()
 	}
 	if len(b.keySlots) > 0 {
-		b.q.keyLimit.freed(b.keySlots)
+		b.q.keyLimit.Freed(b.keySlots)
 	}
 	tel := b.q.client.tel
 	for _, it := range b.spans {
@@ -145,7 +145,7 @@ func (b *claimTx[T]) takeSlot(ctx context.Context) bool {
 	if b.q.slots == nil {
 		return true
 	}
-	if _, err := b.q.slots.take(ctx, b.tx); err != nil {
+	if _, err := b.q.slots.Take(ctx, b.tx); err != nil {
 		b.res.err = err
 		return false
 	}
@@ -206,7 +206,7 @@ func (b *claimTx[T]) claim(ctx context.Context) bool {
 // A lone row without OnError needs none: a failure rolls back it all.
 func (b *claimTx[T]) run(ctx context.Context) bool {
 	b.withSavepoints = len(b.items) > 1 || b.q.cfg.OnError != nil || b.keepTokens
-	b.tk.use(len(b.items)) // they all start, unless the batch ends first
+	b.tk.Use(len(b.items)) // they all start, unless the batch ends first
 	b.outcomes = make([]outcome, len(b.items))
 	b.causes = make([]error, len(b.items))
 	b.taken = make([]bool, len(b.items))

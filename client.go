@@ -194,13 +194,13 @@ func (c *Client) check(ctx context.Context, runners []*runner) error {
 		if err := c.checkQueue(ctx, r); err != nil {
 			return err
 		}
-		if err := r.slots.ensure(ctx, c); err != nil {
+		if err := r.slots.Ensure(ctx); err != nil {
 			return err
 		}
 		if err := r.keys.check(ctx, c); err != nil {
 			return err
 		}
-		if err := r.rate.ensure(ctx, c); err != nil {
+		if err := r.rate.Ensure(ctx); err != nil {
 			return err
 		}
 		if err := r.keyRate.check(ctx, c); err != nil {

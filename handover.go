@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/uptrace/bun"
+
+	"github.com/bunqueue/bunqueue/internal/limit"
 )
 
 // A job that Enqueue inserts through a *bun.DB or a bun.Conn has
@@ -58,7 +60,7 @@ func (f *feed) handOverJob(p EnqueueParams, res EnqueueResult) {
 	}
 	k := feedKey{id: "id=" + strconv.FormatInt(res.ID, 10), vals: []any{res.ID}}
 	if f.perKey > 0 && p.Opts != nil && p.Opts.LimitKey != "" {
-		k.limitKey = slotKey(p.Opts.LimitKey)
+		k.limitKey = limit.SlotKey(p.Opts.LimitKey)
 	}
 	f.handOver(k)
 }

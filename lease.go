@@ -14,7 +14,7 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/schema"
 
-	"github.com/bunqueue/bunqueue/internal/slotsql"
+	"github.com/bunqueue/bunqueue/internal/limit"
 )
 
 // finishTimeout bounds the writes that complete, fail or release a job;
@@ -132,18 +132,18 @@ func (l *leaseRunner) claim(ctx context.Context, limit int, keys []feedKey, res 
 	}
 	defer func() { _ = tx.Rollback() }()
 	if l.slots != nil {
-		slot, err := l.slots.take(ctx, tx)
+		slot, err := l.slots.Take(ctx, tx)
 		if err != nil {
 			return nil, "", nil, err
 		}
-		held = append(held, heldSlot{l.slots.limit, slot})
+		held = append(held, slot)
 	}
 	var rated []int // the RateLimit's slots, one per job that starts
 	if rate := l.jobs.rate; rate != nil {
-		if rated, err = rate.take(ctx, tx, want(limit, keys)); err != nil {
+		if rated, err = rate.Take(ctx, tx, want(limit, keys)); err != nil {
 			return nil, "", nil, err
 		}
-		limit, keys, res.untried = (&tokens{slots: rated}).fit(limit, keys)
+		limit, keys, res.untried = fit(rate.Taken(rated), limit, keys)
 	}
 	rows, err := l.jobs.claim(ctx, tx, l.jobs.prepares, limit, keys) // from a worker: prepared statements serve it
 	if err != nil {
@@ -209,16 +209,13 @@ func (l *leaseRunner) lease(ctx context.Context, tx bun.Tx, rows []jobRow, token
 	if err := l.c.jobSQL().Lease(ctx, tx, ids, token, l.cfg.Lease); err != nil {
 		return err
 	}
-	sq := slotsql.New(l.c.dialect)
-	for _, h := range held {
-		if err := sq.Hold(ctx, tx, h.limit, []int{h.slot}, token, l.cfg.Lease); err != nil {
-			return err
-		}
+	if err := limit.Lease(ctx, l.c.dialect, tx, held, token, l.cfg.Lease); err != nil {
+		return err
 	}
 	if rated == nil {
 		return nil
 	}
-	return l.jobs.rate.hold(ctx, tx, rated[:len(rows)], token)
+	return l.jobs.rate.Hold(ctx, tx, rated[:len(rows)], token)
 }
 
 // runOne runs one leased job and completes, fails or releases it, if the
@@ -573,22 +570,12 @@ func (k *leaseKeeper) extend(ctx context.Context) {
 }
 
 // heldSlot is a slot that a lease-mode batch leased with its jobs.
-type heldSlot struct {
-	limit slotsql.Limit
-	slot  int
-}
+type heldSlot = limit.Held
 
 // extendSlots pushes the end of the leases of held to Lease from now,
 // and reports whether token still held every one.
 func (l *leaseRunner) extendSlots(ctx context.Context, held []heldSlot, token string) (bool, error) {
-	sq := slotsql.New(l.c.dialect)
-	for _, h := range held {
-		n, err := sq.Extend(ctx, l.c.db, h.limit, []int{h.slot}, token, l.cfg.Lease)
-		if err != nil || n == 0 {
-			return false, err
-		}
-	}
-	return true, nil
+	return limit.Extend(ctx, l.c.dialect, l.c.db, held, token, l.cfg.Lease)
 }
 
 // freeSlots gives back the slots that a batch leased with its jobs, once
@@ -596,12 +583,11 @@ func (l *leaseRunner) extendSlots(ctx context.Context, held []heldSlot, token st
 func (l *leaseRunner) freeSlots(ctx context.Context, held []heldSlot, token string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	sq := slotsql.New(l.c.dialect)
 	for _, h := range held {
-		if err := sq.Free(ctx, l.c.db, h.limit, []int{h.slot}, token); err != nil {
+		if err := limit.Free(ctx, l.c.dialect, l.c.db, h, token); err != nil {
 			l.c.cfg.Logger.WarnContext(ctx, "bunqueue: freeing a slot of a limit failed; it is free when its lease runs out", "queue", l.queue, "error", err)
 		} else if l.jobs.keyLimit != nil {
-			l.jobs.keyLimit.freed([]string{h.limit.Key})
+			l.jobs.keyLimit.Freed([]string{h.Limit.Key})
 		}
 	}
 }

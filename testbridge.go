@@ -45,10 +45,10 @@ func (c *Client) workJob(ctx context.Context, id int64) (testbridge.Result, erro
 		return testbridge.Result{}, fmt.Errorf("bunqueue: job %d is of kind %q, and no worker for it was added to the client: add one with AddWorker", id, row.Kind)
 	}
 	r := c.jobRunner(row.Queue, qc)
-	if err := r.slots.ensure(ctx, c); err != nil { // as Start does: a GlobalLimit's slots
+	if err := r.slots.Ensure(ctx); err != nil { // as Start does: a GlobalLimit's slots
 		return testbridge.Result{}, err
 	}
-	if err := r.rate.ensure(ctx, c); err != nil { // and a RateLimit's
+	if err := r.rate.Ensure(ctx); err != nil { // and a RateLimit's
 		return testbridge.Result{}, err
 	}
 	res := r.runBatch(ctx, nil, 1, []feedKey{{id: fmt.Sprintf("id=%d", id), vals: []any{id}}})

@@ -1,0 +1,78 @@
+package limit
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A key value is its own slot key where it fits the column as UTF-8 text,
+// and its SHA-256 otherwise.
+func TestSlotKey(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		val    string
+		prefix string
+	}{
+		{"example.com", "k:example.com"},
+		{"", "k:"},
+		{strings.Repeat("a", 200), "k:" + strings.Repeat("a", 200)},
+		{strings.Repeat("a", 201), "h:"},
+		{"\xff", "h:"},
+		{"a\x00b", "h:"},
+	} {
+		got := SlotKey(tc.val)
+		require.True(t, strings.HasPrefix(got, tc.prefix), "%q: %q", tc.val, got)
+		require.LessOrEqual(t, len(got), 202, "%q", tc.val)
+	}
+}
+
+// A NULL key column (a nil pointer) is not limited; a value is, by its
+// text.
+func TestFieldKey(t *testing.T) {
+	t.Parallel()
+	var none *int64
+	key, val, limited := FieldKey(reflect.ValueOf(none))
+	require.False(t, limited)
+	require.Equal(t, "", key)
+	require.Nil(t, val)
+	n := int64(7)
+	key, val, limited = FieldKey(reflect.ValueOf(&n))
+	require.True(t, limited)
+	require.Equal(t, "k:7", key)
+	require.Equal(t, int64(7), val)
+}
+
+// A batch starts no more items than it has tokens left; a nil *Tokens
+// is no limit.
+func TestTokensLeft(t *testing.T) {
+	t.Parallel()
+	var none *Tokens
+	require.Equal(t, 10, none.Left(10))
+	none.Use(3)
+	tk := &Tokens{slots: []int{0, 1, 2}}
+	require.Equal(t, 3, tk.Left(10))
+	require.Equal(t, 2, tk.Left(2))
+	tk.Use(2)
+	require.Equal(t, 1, tk.Left(10))
+	tk.Use(5)
+	require.Equal(t, 0, tk.Left(10))
+}
+
+// A worker waits for a RateLimit's next free slot, about slotWait for a
+// GlobalLimit, and never longer than the poll interval.
+func TestWait(t *testing.T) {
+	t.Parallel()
+	rw := fmt.Errorf("batch: %w", &RateWait{Queue: "q", Wait: 300 * time.Millisecond})
+	require.ErrorIs(t, rw, ErrLimited)
+	wait := Wait(rw, time.Second)
+	require.True(t, wait >= 300*time.Millisecond && wait <= 302*time.Millisecond, "%s", wait)
+	require.Equal(t, 100*time.Millisecond, Wait(rw, 100*time.Millisecond))
+	wait = Wait(ErrLimited, time.Second)
+	require.True(t, wait >= slotWait/2 && wait <= slotWait*3/2, "%s", wait)
+	require.Equal(t, 10*time.Millisecond, Wait(ErrLimited, 10*time.Millisecond))
+}
