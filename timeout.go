@@ -186,9 +186,7 @@ func (q *Queue[T]) sessionID(ctx context.Context, s *session, tx bun.Tx) (sqldia
 	if err != nil {
 		return sqldialect.TxSession{}, fmt.Errorf("read the session id: %w", err)
 	}
-	if s != nil {
-		s.tx = id
-	}
+	s.SetTxSession(id)
 	return id, nil
 }
 

@@ -23,7 +23,7 @@ func (c *Client) work(ctx context.Context, r *runner, f *feed) {
 	if r.selfSized {
 		w.size = batchsize.New(r.batch, BatchTarget)
 	}
-	defer w.s.end()
+	defer w.s.End()
 	for {
 		select {
 		case <-c.stopping:
@@ -75,7 +75,7 @@ func (w *worker) await() bool {
 	var idle <-chan time.Time
 	t := time.NewTimer(w.r.poll)
 	defer t.Stop()
-	if w.s.conn != nil {
+	if w.s.HasConn() {
 		idle = t.C
 	}
 	select {
@@ -83,7 +83,7 @@ func (w *worker) await() bool {
 		return false
 	case <-w.wake:
 	case <-idle:
-		w.s.end()
+		w.s.End()
 	}
 	return true
 }
@@ -101,7 +101,7 @@ func (w *worker) process(ctx context.Context, keys []feedKey) batchResult {
 		w.c.endSession(ctx, w.s)
 	}
 	if !errors.Is(res.err, errLimited) {
-		w.s.failed(res.err) // a batch that found no slot keeps its session
+		w.s.Failed(res.err) // a batch that found no slot keeps its session
 	}
 	tried, untried := splitUntried(keys, res)
 	w.f.putBack(untried)
