@@ -16,7 +16,7 @@ func (c *Client) work(ctx context.Context, r *runner, f *feed) {
 	defer c.workers.Done()
 	ctx = workerContext(ctx, r) // its own writes do not wake its queue: see QueryHook
 	apps := &appPool{}          // the goroutines its batches and handlers run in
-	defer apps.stop()
+	defer apps.Stop()
 	ctx = withAppPool(ctx, apps)
 	w := &worker{c: c, r: r, f: f, s: newSession(c.claimDB, c.dialect), log: c.cfg.Logger.With("queue", r.name), size: batchsize.Fixed(r.batch),
 		wake: make(chan struct{}, 1)}
