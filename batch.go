@@ -112,12 +112,12 @@ func (q *Queue[T]) runWhole(ctx context.Context, tx bun.Tx, sp *savepoints, batc
 	for i := range items {
 		spans[i] = q.startItemSpan(ctx, batchSpan, &items[i], 0)
 	}
-	sp.arm(tx, batchSavepoint)
+	sp.Arm(tx, batchSavepoint)
 	herr := q.callUnderTimeout(ctx, tx, func(ctx context.Context) error {
 		return q.hooks.run(ctx, func() *WorkInfo { return q.batchInfo(items) },
 			func() error { return q.batch(ctx, tx, items) })
 	})
-	taken, err := sp.disarm()
+	taken, err := sp.Disarm()
 	switch {
 	case err != nil:
 		return false, taken, nil, fmt.Errorf("bunqueue: queue %q: batch handler: %w", q.name, err)

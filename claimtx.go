@@ -125,7 +125,7 @@ func (b *claimTx[T]) end() {
 func (b *claimTx[T]) begin(ctx context.Context) bool {
 	q := b.q
 	b.began = time.Now()
-	tx, sp, err := b.s.begin(ctx, q.client.claimDB)
+	tx, sp, err := b.s.Begin(ctx, q.client.claimDB)
 	if err != nil {
 		b.res.err = fmt.Errorf("bunqueue: queue %q: begin: %w", q.name, err)
 		return false
@@ -158,7 +158,7 @@ func (b *claimTx[T]) lose() {
 	_ = b.tx.Rollback()
 	b.open = false
 	if b.s != nil {
-		b.s.end()
+		b.s.End()
 	}
 	for _, it := range b.spans {
 		it.Outcome = outcomeReleased
@@ -232,10 +232,10 @@ func (b *claimTx[T]) run(ctx context.Context) bool {
 // in a transaction of its own, so that the one that hangs fails alone.
 func (b *claimTx[T]) runWhole(ctx context.Context) bool {
 	hctx, rk := b.q.watchRekey(ctx)
-	b.sp.stmts.start()
+	b.sp.Stmts.Start()
 	began := time.Now()
 	b.whole, b.wholeTaken, b.spans, b.res.err = b.q.runWhole(hctx, b.tx, b.sp, b.span, b.items)
-	b.res.work += b.sp.stmts.work(time.Since(began))
+	b.res.work += b.sp.Stmts.Work(time.Since(began))
 	for i := range b.rekeyed {
 		b.rekeyed[i] = rk.changed()
 	}
@@ -260,13 +260,13 @@ func (b *claimTx[T]) runItem(ctx context.Context, i int) bool {
 	b.spans = append(b.spans, it)
 	tx := b.tx
 	hctx, rk := q.watchRekey(it.Ctx)
-	b.sp.stmts.start()
+	b.sp.Stmts.Start()
 	began := time.Now()
 	herr := q.callUnderTimeout(hctx, tx, func(ctx context.Context) error {
 		return q.hooks.run(ctx, func() *WorkInfo { return q.workInfo(&b.items[i]) },
 			func() error { return q.handler(ctx, tx, &b.items[i]) })
 	})
-	b.res.work += b.sp.stmts.work(time.Since(began))
+	b.res.work += b.sp.Stmts.Work(time.Since(began))
 	b.rekeyed[i] = rk.changed()
 	if !b.disarmSavepoint(i) {
 		return false
@@ -323,7 +323,7 @@ func (b *claimTx[T]) itemFailed(ctx context.Context, i int, it *itemSpan, claime
 // taken its own yet.
 func (b *claimTx[T]) armSavepoint(i int) {
 	if b.withSavepoints && !b.taken[i] {
-		b.sp.arm(b.tx, savepointName(i))
+		b.sp.Arm(b.tx, savepointName(i))
 	}
 }
 
@@ -333,7 +333,7 @@ func (b *claimTx[T]) disarmSavepoint(i int) bool {
 	if !b.withSavepoints || b.taken[i] {
 		return true
 	}
-	taken, err := b.sp.disarm()
+	taken, err := b.sp.Disarm()
 	b.taken[i] = taken
 	if err != nil {
 		b.res.err = fmt.Errorf("bunqueue: queue %q: %w", b.q.name, err)
@@ -361,10 +361,10 @@ func (b *claimTx[T]) rollbackItem(ctx context.Context, i int) bool {
 func (b *claimTx[T]) onError(ctx context.Context, i int, claimed *T, herr error) bool {
 	q := b.q
 	b.armSavepoint(i)
-	b.sp.stmts.start()
+	b.sp.Stmts.Start()
 	began := time.Now()
 	oerr := callApp(ctx, func() error { return q.cfg.OnError(ctx, b.tx, claimed, herr) })
-	b.res.work += b.sp.stmts.work(time.Since(began))
+	b.res.work += b.sp.Stmts.Work(time.Since(began))
 	if !b.disarmSavepoint(i) {
 		return false
 	}

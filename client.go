@@ -435,12 +435,13 @@ func tableSchema(db *bun.DB, t *schema.Table) string {
 // read (queues with a Timeout) and still runs that transaction, from
 // another connection.
 func (c *Client) endSession(ctx context.Context, s *session) {
-	if s.conn == nil || !s.tx.Known() {
+	id := s.TxSession()
+	if !id.Known() {
 		return
 	}
 	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
-	if err := c.dialect.EndTxSession(ectx, c.db, s.tx); err != nil {
-		c.cfg.Logger.DebugContext(ctx, "bunqueue: end the session of a stopped worker", "session", s.tx.ID, "error", err)
+	if err := c.dialect.EndTxSession(ectx, c.db, id); err != nil {
+		c.cfg.Logger.DebugContext(ctx, "bunqueue: end the session of a stopped worker", "session", id.ID, "error", err)
 	}
 }

@@ -3,13 +3,13 @@ package bunqueue
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"fmt"
 	"reflect"
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/schema"
 
+	"github.com/bunqueue/bunqueue/internal/prepared"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
 
@@ -22,7 +22,7 @@ import (
 // that prepares each new text first, as pgx does by default, pays a
 // round trip more, and one more to drop it from its cache later.) A
 // claim of n keys is written for n rounded up to a power of two (see
-// keyShape), so that a queue takes a handful of texts. bun formats its
+// prepared.KeyShape), so that a queue takes a handful of texts. bun formats its
 // queries on the client, so the claim and the re-check are built by bun
 // with parameter markers where the keys go, and run through
 // database/sql; their text is the cache's key, so a queue whose query
@@ -31,54 +31,8 @@ import (
 // CLIENT spans itself.
 
 // preparable reports whether the queue's claims of one row may be
-// prepared: its model has no hooks that bun would run around a SELECT
-// and no relations (a prepared claim is scanned by bun.DB.ScanRows, which
-// knows neither), and its key values pass through database/sql as they are.
-func preparable(typ reflect.Type, table *schema.Table) bool {
-	ptr := reflect.PointerTo(typ)
-	for _, hook := range []reflect.Type{
-		reflect.TypeFor[bun.BeforeSelectHook](),
-		reflect.TypeFor[bun.AfterSelectHook](),
-		reflect.TypeFor[schema.BeforeAppendModelHook](),
-	} {
-		if typ.Implements(hook) || ptr.Implements(hook) {
-			return false
-		}
-	}
-	if len(table.Relations) > 0 {
-		return false
-	}
-	valuer := reflect.TypeFor[driver.Valuer]()
-	for _, f := range table.PKs {
-		t := f.StructField.Type
-		if t.Implements(valuer) {
-			continue
-		}
-		switch t.Kind() {
-		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.String:
-		default:
-			return false // uint64 (database/sql refuses the high bit), time, bytes, structs
-		}
-	}
-	return true
-}
-
-// maxPreparedKeys is the most keys a prepared claim or re-check is
-// written for; more run in text.
-const maxPreparedKeys = 64
-
-// keyShape is the number of keys that the prepared statement of a claim
-// or re-check of n keys is written for: n rounded up to a power of two,
-// so that a queue takes a handful of texts, each prepared once per
-// connection. The places past n repeat the last key, which IN ignores.
-func keyShape(n int) int {
-	shape := 1
-	for shape < n {
-		shape *= 2
-	}
-	return shape
-}
+// prepared (see prepared.Preparable).
+func preparable(typ reflect.Type, table *schema.Table) bool { return prepared.Preparable(typ, table) }
 
 // markers are the keys of a prepared statement's n rows: the dialect's
 // parameter markers in place of their values, for onlyKeys.
@@ -110,10 +64,10 @@ func keyArgs(keys []feedKey, shape int) []any {
 // their number yet (or they are too many): nothing ran, and the rows are
 // claimed in text.
 func (q *Queue[T]) claimPrepared(ctx context.Context, tx bun.Tx, keys []feedKey) (items []T, ok bool, err error) {
-	if len(keys) > maxPreparedKeys {
+	if len(keys) > prepared.MaxKeys {
 		return nil, false, nil
 	}
-	shape := keyShape(len(keys))
+	shape := prepared.KeyShape(len(keys))
 	items = make([]T, 0, len(keys))
 	sel := q.onlyKeys(q.apply(q.byKey(q.newClaim(tx, &items))), q.markers(shape)).Limit(int64(shape))
 	ok, err = q.scanPrepared(ctx, tx, sqldialect.Locking(sel, q.client.dialect.SkipLocked()), keyArgs(keys, shape), &items)
@@ -125,10 +79,10 @@ func (q *Queue[T]) claimPrepared(ctx context.Context, tx bun.Tx, keys []feedKey)
 // for their number yet (or they are too many): nothing ran, and the
 // re-check runs in text.
 func (q *Queue[T]) recheckPrepared(ctx context.Context, tx bun.Tx, keys []feedKey) (rows []T, ok bool, err error) {
-	if len(keys) > maxPreparedKeys {
+	if len(keys) > prepared.MaxKeys {
 		return nil, false, nil
 	}
-	shape := keyShape(len(keys))
+	shape := prepared.KeyShape(len(keys))
 	rows = make([]T, 0, len(keys))
 	sel := q.onlyKeys(q.apply(q.byKey(tx.NewSelect().Model(&rows))).Column(q.pkNames()...), q.markers(shape)).Limit(int64(shape))
 	ok, err = q.scanPrepared(ctx, tx, sel, keyArgs(keys, shape), &rows)

@@ -1,126 +1,23 @@
 package bunqueue
 
 import (
-	"context"
-	"database/sql"
-	"database/sql/driver"
-	"fmt"
-	"time"
-
 	"github.com/uptrace/bun"
 
+	"github.com/bunqueue/bunqueue/internal/claimconn"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
 
-// A session is a worker's own connection while it has work. Its
-// transactions are READ COMMITTED, set in each BEGIN where the server can
-// (Dialect.TxOptions, PostgreSQL), or once for the session where it
-// cannot (Dialect.SessionSetup, MySQL, whose START TRANSACTION cannot
-// carry the level): beginning one is then one round trip instead of two.
-// The connection is never handed back to the pool with that setting: a
-// session ends by discarding it. Nothing else is kept on the server
-// session, which a pooler in transaction mode may change from one
-// transaction to the next: the server session of a transaction is read
-// inside it (Queue.sessionID), into tx.
-type session struct {
-	db      *bun.DB // the client's claimDB, with sp as a query hook
-	sp      *savepoints
-	dialect sqldialect.Dialect
-	conn    *bun.Conn            // nil: none yet, or discarded
-	tx      sqldialect.TxSession // the server session of the current transaction, where read
-	release context.CancelFunc   // releases the current transaction's context
-	used    time.Time            // when it last began a transaction
-}
+// A session is a worker's own connection while it has work, and
+// savepoints take each handler's savepoint on demand, before its first
+// statement: see internal/claimconn.
+type (
+	session    = claimconn.Session
+	savepoints = claimconn.Savepoints
+)
 
 // newSession returns the session of a worker whose claim transactions
 // begin on claimDB.
-func newSession(claimDB *bun.DB, d sqldialect.Dialect) *session {
-	sp := &savepoints{}
-	return &session{db: sp.hooked(claimDB), sp: sp, dialect: d}
-}
-
-// rollbackGrace is how long a worker's transaction outlives the cancel of
-// the worker's context (Stop's, when its own context ends), for its
-// ROLLBACK to run on the server.
-const rollbackGrace = 5 * time.Second
-
-// begin begins a READ COMMITTED transaction on the session's connection,
-// taking one from the pool first if it has none, and returns it with the
-// savepoints that its handlers take (see savepoints). With s nil it
-// begins one on the pool of claimDB.
-//
-// The transaction's context ends rollbackGrace after ctx does, not at
-// once. When Stop cancels a batch whose handler is not in a statement,
-// the ROLLBACK then runs, and the batch's locks are gone when the worker
-// returns; the driver would otherwise close the connection without one,
-// and the server notice later. Statements run under the handler's context
-// and stop at once.
-func (s *session) begin(ctx context.Context, claimDB *bun.DB) (bun.Tx, *savepoints, error) {
-	if s == nil {
-		sp := &savepoints{}
-		tx, err := sp.hooked(claimDB).BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-		return tx, sp, err
-	}
-	s.used = time.Now()
-	s.tx = sqldialect.TxSession{}
-	if s.conn == nil {
-		conn, err := s.db.Conn(ctx)
-		if err != nil {
-			return bun.Tx{}, nil, err
-		}
-		if setup := s.dialect.SessionSetup(); setup != "" {
-			if _, err := conn.ExecContext(ctx, setup); err != nil {
-				discard(&conn)
-				return bun.Tx{}, nil, fmt.Errorf("set the session's isolation level: %w", err)
-			}
-		}
-		s.conn = &conn
-	}
-	s.releaseTx()
-	var txCtx context.Context
-	txCtx, s.release = graceAfter(ctx, rollbackGrace)
-	tx, err := s.conn.BeginTx(txCtx, s.dialect.TxOptions())
-	if err != nil {
-		s.end()
-	}
-	return tx, s.sp, err
-}
-
-// graceAfter returns a context with ctx's values that ends grace after
-// ctx does, and what releases it.
-func graceAfter(ctx context.Context, grace time.Duration) (context.Context, context.CancelFunc) {
-	gctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(grace, cancel) })
-	return gctx, func() { stop(); cancel() }
-}
-
-// releaseTx releases the context of the session's last transaction.
-func (s *session) releaseTx() {
-	if s.release != nil {
-		s.release()
-		s.release = nil
-	}
-}
-
-// failed ends the session after a transaction that did not commit: its
-// connection may be broken (a KILL, a timeout) or in an unknown state.
-func (s *session) failed(err error) {
-	if s != nil && err != nil {
-		s.end()
-	}
-}
-
-// end closes the session's connection, out of the pool.
-func (s *session) end() {
-	s.releaseTx()
-	if s.conn != nil {
-		discard(s.conn)
-		s.conn, s.tx = nil, sqldialect.TxSession{}
-	}
-}
+func newSession(claimDB *bun.DB, d sqldialect.Dialect) *session { return claimconn.New(claimDB, d) }
 
 // discard closes conn and keeps the pool from reusing its session.
-func discard(conn *bun.Conn) {
-	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-	_ = conn.Close()
-}
+func discard(conn *bun.Conn) { claimconn.Discard(conn) }

@@ -10,59 +10,22 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/txtimeout"
 )
 
 // recordWait bounds how long recordApart waits for the rows of an ended
 // session to be unlocked.
 const recordWait = 3 * time.Second
 
-// lostTxError is a handler's error after which its transaction is gone:
-// a statement cut short by the end of the handler's context (its Timeout)
-// closes the connection, and the server may run the statement on, holding
-// the transaction's locks, until it finishes. The claim's writes can then
-// not be committed, nor the failure recorded in it.
-type lostTxError struct{ err error }
-
-func (e *lostTxError) Error() string {
-	return e.err.Error() + " (its transaction was lost with its connection)"
-}
-
-func (e *lostTxError) Unwrap() error { return e.err }
+// lostTxError is a handler's error after which its transaction is gone
+// (see txtimeout.LostError).
+type lostTxError = txtimeout.LostError
 
 // callUnderTimeout runs a handler call, fn, with the queue's Timeout on its
-// context.
-// When the call fails after its context ended, it checks that tx still
-// answers, and returns a *lostTxError if it does not.
+// context, and returns a *lostTxError if the timeout took tx with it (see
+// txtimeout.Call).
 func (q *Queue[T]) callUnderTimeout(ctx context.Context, tx bun.Tx, fn func(ctx context.Context) error) error {
-	hctx, cancel := ctx, context.CancelFunc(func() {})
-	if q.cfg.Timeout > 0 { // no context per item without one
-		hctx, cancel = context.WithTimeout(ctx, q.cfg.Timeout)
-	}
-	err := fn(hctx)
-	timedOut := errors.Is(hctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
-	cancel()
-	if ctx.Err() != nil || err == nil && !timedOut {
-		return err
-	}
-	if err == nil {
-		// It returned nil after its Timeout: it succeeded, unless a
-		// statement the timeout cut short (an error the handler
-		// swallowed) took its transaction down, and its work with it.
-		if q.client.dialect.TxLost(ctx, tx) {
-			return &lostTxError{err: fmt.Errorf("timed out after %s: %w; the handler returned nil", q.cfg.Timeout, context.DeadlineExceeded)}
-		}
-		return nil
-	}
-	if timedOut {
-		err = fmt.Errorf("timed out after %s: %w", q.cfg.Timeout, err)
-	}
-	if !timedOut && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-		return err // the handler's context did not end: its statements ran whole
-	}
-	if q.client.dialect.TxLost(ctx, tx) {
-		return &lostTxError{err: err}
-	}
-	return err
+	return txtimeout.Call(ctx, q.cfg.Timeout, func(ctx context.Context) bool { return q.client.dialect.TxLost(ctx, tx) }, fn)
 }
 
 // endLost cools down the rows of keys, whose claim transaction was lost to
@@ -186,9 +149,7 @@ func (q *Queue[T]) sessionID(ctx context.Context, s *session, tx bun.Tx) (sqldia
 	if err != nil {
 		return sqldialect.TxSession{}, fmt.Errorf("read the session id: %w", err)
 	}
-	if s != nil {
-		s.tx = id
-	}
+	s.SetTxSession(id)
 	return id, nil
 }
 

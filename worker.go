@@ -16,14 +16,14 @@ func (c *Client) work(ctx context.Context, r *runner, f *feed) {
 	defer c.workers.Done()
 	ctx = workerContext(ctx, r) // its own writes do not wake its queue: see QueryHook
 	apps := &appPool{}          // the goroutines its batches and handlers run in
-	defer apps.stop()
+	defer apps.Stop()
 	ctx = withAppPool(ctx, apps)
 	w := &worker{c: c, r: r, f: f, s: newSession(c.claimDB, c.dialect), log: c.cfg.Logger.With("queue", r.name), size: batchsize.Fixed(r.batch),
 		wake: make(chan struct{}, 1)}
 	if r.selfSized {
 		w.size = batchsize.New(r.batch, BatchTarget)
 	}
-	defer w.s.end()
+	defer w.s.End()
 	for {
 		select {
 		case <-c.stopping:
@@ -75,7 +75,7 @@ func (w *worker) await() bool {
 	var idle <-chan time.Time
 	t := time.NewTimer(w.r.poll)
 	defer t.Stop()
-	if w.s.conn != nil {
+	if w.s.HasConn() {
 		idle = t.C
 	}
 	select {
@@ -83,7 +83,7 @@ func (w *worker) await() bool {
 		return false
 	case <-w.wake:
 	case <-idle:
-		w.s.end()
+		w.s.End()
 	}
 	return true
 }
@@ -101,7 +101,7 @@ func (w *worker) process(ctx context.Context, keys []feedKey) batchResult {
 		w.c.endSession(ctx, w.s)
 	}
 	if !errors.Is(res.err, errLimited) {
-		w.s.failed(res.err) // a batch that found no slot keeps its session
+		w.s.Failed(res.err) // a batch that found no slot keeps its session
 	}
 	tried, untried := splitUntried(keys, res)
 	w.f.putBack(untried)

@@ -10,6 +10,10 @@
 // ready the caller runs its query in text. A statement is a pool-level
 // *sql.Stmt: a transaction uses it through (*sql.Tx).StmtContext, which
 // prepares it once on each connection and reuses it there.
+//
+// It also says which models' claims may be prepared (Preparable) and for
+// how many keys a statement is written (KeyShape). It calls only
+// database/sql, and bun's schema for the models.
 package prepared
 
 import (
