@@ -133,8 +133,8 @@ func (q *Queue[T]) runWhole(ctx context.Context, tx bun.Tx, sp *savepoints, batc
 	if !taken {
 		return false, false, nil, nil // it ran no statement: nothing to undo
 	}
-	if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+batchSavepoint); err != nil {
-		return false, taken, nil, fmt.Errorf("bunqueue: queue %q: ROLLBACK TO SAVEPOINT: %w", q.name, err)
+	if err := q.rollbackTo(ctx, tx, batchSavepoint); err != nil {
+		return false, taken, nil, err
 	}
 	return false, taken, nil, nil
 }
@@ -321,11 +321,10 @@ func (q *Queue[T]) keys(items []T) []feedKey {
 // savepointName is the name of item i's savepoint in a batch.
 func savepointName(i int) string { return "bunqueue_" + strconv.Itoa(i) }
 
-// savepoint runs a savepoint statement, stmt (ROLLBACK TO SAVEPOINT),
-// for item i.
-func (q *Queue[T]) savepoint(ctx context.Context, tx bun.Tx, stmt string, i int) error {
-	if _, err := tx.ExecContext(ctx, stmt+" "+savepointName(i)); err != nil {
-		return fmt.Errorf("bunqueue: queue %q: %s: %w", q.name, stmt, err)
+// rollbackTo undoes what ran in tx since the savepoint name was taken.
+func (q *Queue[T]) rollbackTo(ctx context.Context, tx bun.Tx, name string) error {
+	if _, err := tx.ExecContext(ctx, sqldialect.RollbackTo(name)); err != nil {
+		return fmt.Errorf("bunqueue: queue %q: ROLLBACK TO SAVEPOINT: %w", q.name, err)
 	}
 	return nil
 }

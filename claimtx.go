@@ -348,7 +348,7 @@ func (b *claimTx[T]) rollbackItem(ctx context.Context, i int) bool {
 	if !b.taken[i] {
 		return true
 	}
-	if err := b.q.savepoint(ctx, b.tx, "ROLLBACK TO SAVEPOINT", i); err != nil {
+	if err := b.q.rollbackTo(ctx, b.tx, savepointName(i)); err != nil {
 		b.res.err = err
 		return false
 	}
@@ -446,8 +446,8 @@ func (b *claimTx[T]) undo(ctx context.Context) bool {
 		if !b.wholeTaken {
 			return true
 		}
-		if _, err := b.tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+batchSavepoint); err != nil {
-			b.res.err = fmt.Errorf("bunqueue: queue %q: ROLLBACK TO SAVEPOINT: %w", q.name, err)
+		if err := q.rollbackTo(ctx, b.tx, batchSavepoint); err != nil {
+			b.res.err = err
 			return false
 		}
 	case b.withSavepoints:
