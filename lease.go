@@ -8,12 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/schema"
 
+	"github.com/bunqueue/bunqueue/internal/lease"
 	"github.com/bunqueue/bunqueue/internal/limit"
 )
 
@@ -94,10 +94,9 @@ func (l *leaseRunner) runBatch(ctx context.Context, _ *session, limit int, keys 
 	if len(held) > 0 {
 		defer l.freeSlots(ctx, held, token) // after the keeper stops
 	}
-	keeper := newLeaseKeeper(l, rows, token, claimed)
-	keeper.slots = held
-	go keeper.beat(ctx)
-	defer keeper.stop()
+	keeper := l.keeper(rows, token, claimed, held)
+	go keeper.Run(ctx)
+	defer keeper.Stop()
 	done := &leaseCompletions{l: l, keeper: keeper, token: token}
 	for i := range rows {
 		if done.due() {
@@ -222,7 +221,7 @@ func (l *leaseRunner) lease(ctx context.Context, tx bun.Tx, rows []jobRow, token
 // lease is still this worker's, and records what became of it in res
 // (the time its worker ran in res.work). A job that succeeded among
 // quick ones waits in done to be completed with the others.
-func (l *leaseRunner) runOne(ctx context.Context, keeper *leaseKeeper, row *jobRow, token string, res *batchResult, done *leaseCompletions) {
+func (l *leaseRunner) runOne(ctx context.Context, keeper *lease.Keeper, row *jobRow, token string, res *batchResult, done *leaseCompletions) {
 	j := &leasedJob{l: l, row: row, token: token, fate: newJobFate(row, row.Attempts)}
 	end := j.trace(ctx)
 	began := time.Now()
@@ -234,11 +233,11 @@ func (l *leaseRunner) runOne(ctx context.Context, keeper *leaseKeeper, row *jobR
 	case gone:
 		ierr = j.failure(errors.New("bunqueue: the job's lease was lost before it started; another worker may hold it now"))
 	case err == nil && ctx.Err() == nil && done.takes(took):
-		keeper.ran(row.ID) // its lease is kept until it is completed
+		keeper.Ran(row.ID) // its lease is kept until it is completed
 		done.add(j, end)
 		return
 	default:
-		ierr = j.settle(ctx, err, keeper.finish(row.ID))
+		ierr = j.settle(ctx, err, keeper.Finish(row.ID))
 	}
 	l.record(res, ierr, end)
 }
@@ -297,7 +296,7 @@ func (j *leasedJob) trace(ctx context.Context) (end func(ierr error)) {
 // lease is lost meanwhile. It reports gone if the lease was lost before
 // the job could start. A client that is stopping starts no job: the
 // result is then ctx's error, and settle gives the job back.
-func (j *leasedJob) work(ctx context.Context, keeper *leaseKeeper) (gone bool, err error) {
+func (j *leasedJob) work(ctx context.Context, keeper *lease.Keeper) (gone bool, err error) {
 	if ctx.Err() != nil {
 		return false, ctx.Err()
 	}
@@ -306,7 +305,7 @@ func (j *leasedJob) work(ctx context.Context, keeper *leaseKeeper) (gone bool, e
 	j.output = jobOutput{c: j.l.c, id: j.row.ID}
 	jctx = withOutput(jctx, &j.output)
 	row, run := j.row, j.l.c.kinds[j.row.Kind]
-	if !keeper.start(row.ID, cancel) {
+	if !keeper.Start(row.ID, cancel) {
 		return true, nil
 	}
 	j.l.c.startedJob(jctx, row)
@@ -410,163 +409,33 @@ func newToken() string {
 	return hex.EncodeToString(b)
 }
 
-// leaseKeeper extends the leases of a batch while its jobs wait and run,
-// and cancels a running job when its lease can no longer be vouched for.
-type leaseKeeper struct {
-	l     *leaseRunner
-	token string
-	slots []heldSlot // the slots leased with the jobs
-	done  chan struct{}
-	wg    sync.WaitGroup
-
-	mu         sync.Mutex
-	held       map[int64]bool // jobs still leased by this batch
-	lost       map[int64]bool
-	running    int64
-	cancel     context.CancelFunc
-	validUntil time.Time // local clock: the leases are good until then
-}
-
-func newLeaseKeeper(l *leaseRunner, rows []jobRow, token string, claimed time.Time) *leaseKeeper {
-	k := &leaseKeeper{l: l, token: token, done: make(chan struct{}), held: map[int64]bool{}, lost: map[int64]bool{}}
-	for _, r := range rows {
-		k.held[r.ID] = true
+// keeper returns the keeper of the leases of rows, leased with token by a
+// statement sent at claimed, and of the slots held with them.
+func (l *leaseRunner) keeper(rows []jobRow, token string, claimed time.Time, held []heldSlot) *lease.Keeper {
+	ids := make([]int64, len(rows))
+	for i := range rows {
+		ids[i] = rows[i].ID
 	}
-	// The claim's UPDATE ran after claimed: the leases end at least this
-	// late.
-	k.validUntil = claimed.Add(l.cfg.Lease - leaseMargin(l.cfg.Lease))
-	k.wg.Add(1)
-	return k
-}
-
-// start marks the job as running; it reports false if its lease is gone.
-func (k *leaseKeeper) start(id int64, cancel context.CancelFunc) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if !k.held[id] || time.Now().After(k.validUntil) {
-		return false
-	}
-	k.running, k.cancel = id, cancel
-	return true
-}
-
-// ran marks the job as no longer running; its lease is kept alive until
-// finish.
-func (k *leaseKeeper) ran(id int64) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.running, k.cancel = 0, nil
-}
-
-// finish marks the job as no longer running nor kept alive; it reports
-// whether its lease was known to be lost.
-func (k *leaseKeeper) finish(id int64) bool {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.running, k.cancel = 0, nil
-	delete(k.held, id)
-	return k.lost[id] || time.Now().After(k.validUntil)
-}
-
-func (k *leaseKeeper) stop() {
-	close(k.done)
-	k.wg.Wait()
-}
-
-// beat extends the batch's leases every Lease/3, and cancels the running
-// job when its lease is lost or about to end unextended.
-func (k *leaseKeeper) beat(ctx context.Context) {
-	defer k.wg.Done()
-	lease := k.l.cfg.Lease
-	next := time.Now().Add(lease / 3)
-	var passed time.Time // the deadline already acted on
-	for {
-		k.mu.Lock()
-		deadline := k.validUntil
-		k.mu.Unlock()
-		wake := time.Until(next)
-		if !deadline.Equal(passed) {
-			wake = min(wake, time.Until(deadline))
+	extend := func(ctx context.Context, ids []int64) ([]int64, error) {
+		db, jobs := l.c.db, l.c.jobSQL()
+		still := ids
+		n, err := jobs.Extend(ctx, db, ids, token, l.cfg.Lease)
+		if err == nil && n < int64(len(ids)) {
+			// Some lease was taken over: find which.
+			still, err = jobs.Leased(ctx, db, ids, token)
 		}
-		t := time.NewTimer(max(wake, 0))
-		select {
-		case <-k.done:
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		if !time.Now().Before(deadline) {
-			passed = deadline
-			k.mu.Lock()
-			if k.cancel != nil {
-				k.cancel() // cannot vouch for the lease any more
-			}
-			k.mu.Unlock()
-		}
-		if time.Now().Before(next) {
-			continue
-		}
-		next = time.Now().Add(lease / 3)
-		k.extend(ctx)
-	}
-}
-
-// extend pushes the leases of the held jobs to Lease from now, by the
-// database clock, and notices jobs whose lease was taken over.
-func (k *leaseKeeper) extend(ctx context.Context) {
-	k.mu.Lock()
-	ids := make([]int64, 0, len(k.held))
-	for id := range k.held {
-		ids = append(ids, id)
-	}
-	deadline := k.validUntil
-	k.mu.Unlock()
-	if len(ids) == 0 {
-		return
-	}
-	lease := k.l.cfg.Lease
-	sent := time.Now()
-	// A heartbeat that hangs must not keep beat from cancelling the running
-	// job when the leases can no longer be vouched for.
-	until := sent.Add(lease / 3)
-	if deadline.After(sent) && deadline.Before(until) {
-		until = deadline
-	}
-	hctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), until)
-	defer cancel()
-	db, jobs := k.l.c.db, k.l.c.jobSQL()
-	still := ids
-	n, err := jobs.Extend(hctx, db, ids, k.token, lease)
-	if err == nil && n < int64(len(ids)) {
-		// Some lease was taken over: find which.
-		still, err = jobs.Leased(hctx, db, ids, k.token)
-	}
-	if err == nil && len(k.slots) > 0 {
-		var kept bool
-		if kept, err = k.l.extendSlots(hctx, k.slots, k.token); err == nil && !kept {
-			still = nil // a slot ran out and was taken: no job may run on under it
-		}
-	}
-	if err != nil {
-		k.l.c.cfg.Logger.WarnContext(ctx, "bunqueue: lease heartbeat failed", "queue", k.l.queue, "error", err)
-		return
-	}
-	ok := map[int64]bool{}
-	for _, id := range still {
-		ok[id] = true
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for _, id := range ids {
-		if !ok[id] && k.held[id] {
-			k.lost[id] = true
-			delete(k.held, id)
-			if k.running == id && k.cancel != nil {
-				k.cancel()
+		if err == nil && len(held) > 0 {
+			var kept bool
+			if kept, err = l.extendSlots(ctx, held, token); err == nil && !kept {
+				still = nil // a slot ran out and was taken: no job may run on under it
 			}
 		}
+		return still, err
 	}
-	k.validUntil = sent.Add(lease - leaseMargin(lease))
+	warn := func(ctx context.Context, err error) {
+		l.c.cfg.Logger.WarnContext(ctx, "bunqueue: lease heartbeat failed", "queue", l.queue, "error", err)
+	}
+	return lease.New(ids, l.cfg.Lease, claimed, extend, warn)
 }
 
 // heldSlot is a slot that a lease-mode batch leased with its jobs.
@@ -590,12 +459,4 @@ func (l *leaseRunner) freeSlots(ctx context.Context, held []heldSlot, token stri
 			l.jobs.keyLimit.Freed([]string{h.Limit.Key})
 		}
 	}
-}
-
-// leaseMargin is how long before a lease's end, by the local clock, a
-// worker stops vouching for it and cancels the job: room for a pause of
-// the process (GC, scheduling) and for clocks that run at slightly
-// different rates.
-func leaseMargin(lease time.Duration) time.Duration {
-	return max(lease/10, 200*time.Millisecond)
 }

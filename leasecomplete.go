@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/bunqueue/bunqueue/internal/lease"
 	"github.com/uptrace/bun"
 )
 
@@ -24,7 +25,7 @@ import (
 // wait to be completed together.
 type leaseCompletions struct {
 	l      *leaseRunner
-	keeper *leaseKeeper
+	keeper *lease.Keeper
 	token  string
 
 	jobs  []*leasedJob
@@ -68,7 +69,7 @@ func (d *leaseCompletions) flush(ctx context.Context, res *batchResult) {
 	defer cancel()
 	ours, err := d.complete(fctx)
 	for i, j := range d.jobs {
-		lost := d.keeper.finish(j.row.ID)
+		lost := d.keeper.Finish(j.row.ID)
 		var ierr error
 		switch {
 		case err != nil:

@@ -10,6 +10,7 @@ import (
 	"github.com/uptrace/bun/schema"
 
 	"github.com/bunqueue/bunqueue/internal/sqltoken"
+	"github.com/bunqueue/bunqueue/internal/wake"
 )
 
 // A handler that changes its row's primary key in SQL but not in its
@@ -97,12 +98,12 @@ func assignedKey(query, table string, pks []string) string {
 	s := sqltoken.NewScanner(query, sqltoken.MySQL)
 	kw := s.Next()
 	if kw.IsWord("WITH") {
-		kw = afterWith(&s)
+		kw = wake.AfterWith(&s)
 	}
 	if !kw.IsWord("UPDATE") {
 		return ""
 	}
-	refs, set := updateTables(&s, nil)
+	refs, set := wake.UpdateTables(&s, nil)
 	if !set || !namesTable(refs, table) {
 		return ""
 	}
@@ -116,14 +117,14 @@ func assignedKey(query, table string, pks []string) string {
 		case depth > 0:
 		case t.Is(","):
 			expect = true
-		case isAnyWord(t, "WHERE", "ORDER", "LIMIT", "FROM", "RETURNING"):
+		case wake.IsAnyWord(t, "WHERE", "ORDER", "LIMIT", "FROM", "RETURNING"):
 			return ""
 		case expect:
 			expect = false
-			col, ok := identifier(t)
+			col, ok := wake.Identifier(t)
 			for ok && s.Peek().Is(".") {
 				s.Next()
-				col, ok = identifier(s.Next())
+				col, ok = wake.Identifier(s.Next())
 			}
 			for _, pk := range pks {
 				if ok && col == pk {
@@ -136,7 +137,7 @@ func assignedKey(query, table string, pks []string) string {
 }
 
 // namesTable reports whether refs name table, in any schema.
-func namesTable(refs []tableRef, table string) bool {
+func namesTable(refs []wake.Table, table string) bool {
 	for _, r := range refs {
 		if r.Name == table {
 			return true

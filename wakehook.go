@@ -11,7 +11,6 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunqueue/bunqueue/internal/migrate"
-	"github.com/bunqueue/bunqueue/internal/sqltoken"
 	"github.com/bunqueue/bunqueue/internal/wake"
 )
 
@@ -454,17 +453,3 @@ func byQueueLiteral(ws []*watcher, query string) []*watcher {
 	}
 	return kept
 }
-
-// rekeyHook reads UPDATEs as the wake-up hook does: these name
-// internal/wake's readers for rekey.go.
-type tableRef = wake.Table
-
-func afterWith(s *sqltoken.Scanner) sqltoken.Token { return wake.AfterWith(s) }
-
-func updateTables(s *sqltoken.Scanner, refs []tableRef) ([]tableRef, bool) {
-	return wake.UpdateTables(s, refs)
-}
-
-func isAnyWord(t sqltoken.Token, words ...string) bool { return wake.IsAnyWord(t, words...) }
-
-func identifier(t sqltoken.Token) (string, bool) { return wake.Identifier(t) }
