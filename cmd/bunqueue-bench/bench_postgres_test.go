@@ -18,6 +18,7 @@ import (
 // differs on PostgreSQL (with the baselines they pull in: the
 // 16-connection ceiling and table-b1), in a database of its own.
 func TestBenchPostgres(t *testing.T) {
+	everyScenario(t)
 	admin := dbtest.OpenPG(t, 2)
 	name := dbtest.Name("bqbench_pg")
 	dbtest.Exec(t, admin, "CREATE DATABASE "+name)
