@@ -146,7 +146,6 @@ func TestCommand(t *testing.T) {
 	// baselines they pull in (the 16-connection ceiling, table-b1,
 	// table-b50, jobs-lock-b1, jobs-lock-b50).
 	t.Run("bench new scenarios", func(t *testing.T) {
-		everyScenario(t)
 		only := []string{"backlog-1m", "tracing-on", "table-defaults", "latency-xproc", "jobs-defaults",
 			"post-burst-table", "post-burst-jobs", "memory-1k", "memory-1m", "post-burst-held",
 			"write-only", "write-only-b50", "write-only-jobs", "write-only-jobs-b50", "design-bound", "design-bound-b50", "design-bound-jobs", "design-bound-prepared",
@@ -211,18 +210,6 @@ func TestCommand(t *testing.T) {
 		require.Equal(t, 12, rows["fleet-lock-3x4"].Concurrency)
 		require.Equal(t, 48, rows["fleet-table-3x16"].Concurrency)
 	})
-}
-
-// everyScenario skips a test that runs most of the bench's scenarios end
-// to end (a minute or more of CPU for both the test and the server,
-// beside the rest of the suite) unless BUNQUEUE_LONG is set; the test
-// command's run keeps the rows that check each mechanism (ceilings,
-// burn-downs, River, latency, the forwarder).
-func everyScenario(t *testing.T) {
-	t.Helper()
-	if os.Getenv("BUNQUEUE_LONG") == "" {
-		t.Skip("runs most scenarios end to end: set BUNQUEUE_LONG=1 (docs/testing.md, Longer runs)")
-	}
 }
 
 // Columns of the bench's table, as strings.Fields splits its rows.
