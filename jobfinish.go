@@ -6,9 +6,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/uptrace/bun"
+
 	"github.com/bunqueue/bunqueue/internal/finish"
 	"github.com/bunqueue/bunqueue/internal/jobsql"
-	"github.com/uptrace/bun"
 )
 
 // How a job's attempt ends: the decision of what a failure means

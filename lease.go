@@ -2,9 +2,7 @@ package bunqueue
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -403,12 +401,6 @@ func (j *leasedJob) inTx(ctx context.Context, fn func(ctx context.Context, tx bu
 	})
 }
 
-func newToken() string {
-	b := make([]byte, 16)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // keeper returns the keeper of the leases of rows, leased with token by a
 // statement sent at claimed, and of the slots held with them.
 func (l *leaseRunner) keeper(rows []jobRow, token string, claimed time.Time, held []heldSlot) *lease.Keeper {
@@ -460,3 +452,7 @@ func (l *leaseRunner) freeSlots(ctx context.Context, held []heldSlot, token stri
 		}
 	}
 }
+
+// newToken names a lease-mode batch: its jobs' leases and the slots
+// leased with them (see limit.NewToken).
+func newToken() string { return limit.NewToken() }

@@ -20,8 +20,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bunqueue/bunqueue/internal/jobsql"
 	"github.com/uptrace/bun"
+
+	"github.com/bunqueue/bunqueue/internal/jobsql"
 )
 
 // Prepared runs fn with the statement prepared for text on tx's

@@ -196,7 +196,7 @@ func (k *Keys) TakeTokens(ctx context.Context, tx bun.IDB, per time.Duration, n 
 			need[key]++
 		}
 	}
-	holder := newHolder()
+	holder := NewToken()
 	got := make(map[string]int, len(order))
 	for _, key := range order {
 		g, err := k.takeFor(ctx, tx, per, key, vals[key], need[key], holder)

@@ -73,9 +73,10 @@ func ensure(ctx context.Context, sql slotsql.SQL, d sqldialect.Dialect, db bun.I
 	return nil
 }
 
-// newHolder returns a fresh random token that names who holds rate
-// slots.
-func newHolder() string {
+// NewToken returns a fresh random token that names who holds slots: a
+// batch's rate slots, or a lease-mode batch's leases (its jobs' and the
+// slots leased with them).
+func NewToken() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)

@@ -107,7 +107,7 @@ func (r *Rate) TakeTokens(ctx context.Context, most int) (*Tokens, error) {
 	if r == nil || r.claimTx {
 		return nil, nil
 	}
-	tk := &Tokens{r: r, holder: newHolder()}
+	tk := &Tokens{r: r, holder: NewToken()}
 	err := r.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) error {
 		got, err := r.Take(ctx, tx, most)
 		if err != nil {
@@ -133,7 +133,7 @@ func (r *Rate) TakeInClaim(ctx context.Context, tx bun.IDB, most int) (*Tokens, 
 	if err != nil {
 		return nil, err
 	}
-	return &Tokens{r: r, holder: newHolder(), slots: slots, inTx: true}, nil
+	return &Tokens{r: r, holder: NewToken(), slots: slots, inTx: true}, nil
 }
 
 // Taken returns the tokens of slots, taken in a transaction that holds
