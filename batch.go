@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bunqueue/bunqueue/internal/backoff"
+	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
 
@@ -26,28 +27,28 @@ const txAttempts = 8
 // (with keys nil: up to limit rows at the head of the queue) and processes
 // them in one transaction on s (nil: on the pool), retrying the whole transaction with jitter on
 // deadlocks and lock wait timeouts.
-func (q *Queue[T]) runBatch(ctx context.Context, s *session, limit int, keys []feedKey) batchResult {
+func (q *Queue[T]) runBatch(ctx context.Context, s *session, limit int, keys []engine.Key) engine.Result {
 	tk, err := q.rate.TakeTokens(ctx, want(limit, keys))
 	if err != nil {
-		return batchResult{err: err}
+		return engine.Result{Err: err}
 	}
 	defer tk.GiveBack(ctx, q.client.cfg.Logger)
 	limit, keys, untried := fit(tk, limit, keys)
-	var res batchResult
+	var res engine.Result
 	_ = q.client.retry(ctx, func() error {
 		res = q.containBatch(ctx, s, limit, keys, tk)
-		return res.err
+		return res.Err
 	}, q.client.tel.QueueSet(q.name, ""))
-	res.untried = append(res.untried, untried...)
+	res.Untried = append(res.Untried, untried...)
 	switch {
-	case len(keys) > 1 && res.claimed == 0 && q.client.dialect.ClientSide(errors.Unwrap(res.err)):
+	case len(keys) > 1 && res.Claimed == 0 && q.client.dialect.ClientSide(errors.Unwrap(res.Err)):
 		// A row of the batch cannot be loaded into the model: claim the
 		// keys one by one, so that it fails alone and the others run.
-		return q.runOneByOne(ctx, s, keys, batchResult{})
-	case res.oneByOne != nil:
+		return q.runOneByOne(ctx, s, keys, engine.Result{})
+	case res.OneByOne != nil:
 		// The batch handler timed out and lost the transaction: run the
 		// rows alone, so that the one that hangs fails alone.
-		return q.runOneByOne(ctx, s, res.oneByOne, batchResult{claimed: res.claimed})
+		return q.runOneByOne(ctx, s, res.OneByOne, engine.Result{Claimed: res.Claimed})
 	}
 	q.client.finishedBatch(q.name, res) // counts for Client.Stats
 	return res
@@ -57,25 +58,25 @@ func (q *Queue[T]) runBatch(ctx context.Context, s *session, limit int, keys []f
 // app's code outside its handlers too (the queue's query function, the
 // model's scanners and bun hooks), and a panic or a runtime.Goexit there
 // fails the batch, whose transaction rolls back, and not the worker.
-func (q *Queue[T]) containBatch(ctx context.Context, s *session, limit int, keys []feedKey, tk *tokens) batchResult {
-	var res batchResult
+func (q *Queue[T]) containBatch(ctx context.Context, s *session, limit int, keys []engine.Key, tk *tokens) engine.Result {
+	var res engine.Result
 	if err := contain(ctx, func() error { res = q.tryBatch(ctx, s, limit, keys, tk); return nil }); err != nil {
-		return batchResult{err: fmt.Errorf("bunqueue: queue %q: %w", q.name, err)}
+		return engine.Result{Err: fmt.Errorf("bunqueue: queue %q: %w", q.name, err)}
 	}
 	return res
 }
 
 // runOneByOne claims and processes each of keys in a transaction of its
 // own, adding up the results to all.
-func (q *Queue[T]) runOneByOne(ctx context.Context, s *session, keys []feedKey, all batchResult) batchResult {
+func (q *Queue[T]) runOneByOne(ctx context.Context, s *session, keys []engine.Key, all engine.Result) engine.Result {
 	for _, k := range keys {
-		r := q.runBatch(ctx, s, 1, []feedKey{k})
-		all.claimed += r.claimed
-		all.got = append(all.got, r.got...)
-		all.done += r.done
-		all.work += r.work
-		all.itemErrs = append(all.itemErrs, r.itemErrs...)
-		all.err = errors.Join(all.err, r.err)
+		r := q.runBatch(ctx, s, 1, []engine.Key{k})
+		all.Claimed += r.Claimed
+		all.Got = append(all.Got, r.Got...)
+		all.Done += r.Done
+		all.Work += r.Work
+		all.ItemErrs = append(all.ItemErrs, r.ItemErrs...)
+		all.Err = errors.Join(all.Err, r.Err)
 	}
 	return all
 }
@@ -149,8 +150,8 @@ func (q *Queue[T]) runWhole(ctx context.Context, tx bun.Tx, sp *savepoints, batc
 // them from the head of the queue: the rows there are those that the
 // other processes' feeds have read too, and a claim at the head reads
 // past every row that the workers of all processes hold. The feed holds
-// back the keys found locked, and spreads its next reads (see feed.add).
-func (q *Queue[T]) claim(ctx context.Context, tx bun.Tx, prep bool, limit int, keys []feedKey) ([]T, error) {
+// back the keys found locked, and spreads its next reads (see engine.Feed).
+func (q *Queue[T]) claim(ctx context.Context, tx bun.Tx, prep bool, limit int, keys []engine.Key) ([]T, error) {
 	at := time.Now()
 	items, err := q.claimRows(ctx, tx, prep, limit, keys)
 	if err == nil && q.claimed != nil {
@@ -160,7 +161,7 @@ func (q *Queue[T]) claim(ctx context.Context, tx bun.Tx, prep bool, limit int, k
 }
 
 // claimRows is claim without the claimed hook.
-func (q *Queue[T]) claimRows(ctx context.Context, tx bun.Tx, prep bool, limit int, keys []feedKey) ([]T, error) {
+func (q *Queue[T]) claimRows(ctx context.Context, tx bun.Tx, prep bool, limit int, keys []engine.Key) ([]T, error) {
 	if keys == nil {
 		return q.claimHead(ctx, tx, limit)
 	}
@@ -235,19 +236,19 @@ func (q *Queue[T]) atHead(sel *bun.SelectQuery) *bun.SelectQuery {
 // handler changed the key in the model only would seem to have left, and
 // one whose handler changed the key in the model and the row would cool
 // down under a key that names nothing.
-func (q *Queue[T]) stillQueued(ctx context.Context, tx bun.Tx, prep bool, items []T, held []feedKey, outcomes []outcome) ([]bool, error) {
+func (q *Queue[T]) stillQueued(ctx context.Context, tx bun.Tx, prep bool, items []T, held []engine.Key, outcomes []outcome) ([]bool, error) {
 	still := make([]bool, len(items))
 	if q.trusted {
 		return still, nil
 	}
-	var probe []feedKey
+	var probe []engine.Key
 	for i := range items {
 		if outcomes[i] == released {
 			continue
 		}
 		probe = append(probe, held[i])
-		if vals, id := q.key(&items[i]); id != held[i].id {
-			probe = append(probe, feedKey{id: id, vals: vals})
+		if vals, id := q.key(&items[i]); id != held[i].ID {
+			probe = append(probe, engine.Key{ID: id, Vals: vals})
 		}
 	}
 	found, err := q.queued(ctx, tx, prep, probe)
@@ -257,7 +258,7 @@ func (q *Queue[T]) stillQueued(ctx context.Context, tx bun.Tx, prep bool, items 
 	for i := range items {
 		if outcomes[i] != released {
 			_, id := q.key(&items[i])
-			still[i] = found[held[i].id] || found[id]
+			still[i] = found[held[i].ID] || found[id]
 		}
 	}
 	return still, nil
@@ -266,7 +267,7 @@ func (q *Queue[T]) stillQueued(ctx context.Context, tx bun.Tx, prep bool, items 
 // queued returns the ids of those rows of keys that match the queue's
 // query, read in tx. With prep, the read of one key runs as a prepared
 // statement once there is one.
-func (q *Queue[T]) queued(ctx context.Context, tx bun.Tx, prep bool, keys []feedKey) (map[string]bool, error) {
+func (q *Queue[T]) queued(ctx context.Context, tx bun.Tx, prep bool, keys []engine.Key) (map[string]bool, error) {
 	found := map[string]bool{}
 	if len(keys) == 0 {
 		return found, nil
@@ -302,18 +303,18 @@ func (q *Queue[T]) queued(ctx context.Context, tx bun.Tx, prep bool, keys []feed
 // stillQueuedError is the error of a row, claimed with the key held, whose
 // handler returned nil but that is still in the queue: ErrStillQueued,
 // saying so if the handler changed the model's key.
-func (q *Queue[T]) stillQueuedError(item *T, held feedKey) error {
-	if _, id := q.key(item); id != held.id {
+func (q *Queue[T]) stillQueuedError(item *T, held engine.Key) error {
+	if _, id := q.key(item); id != held.ID {
 		return fmt.Errorf("%w (and it changed the model's key to %s)", ErrStillQueued, id)
 	}
 	return ErrStillQueued
 }
 
 // keys returns the keys of items.
-func (q *Queue[T]) keys(items []T) []feedKey {
-	keys := make([]feedKey, len(items))
+func (q *Queue[T]) keys(items []T) []engine.Key {
+	keys := make([]engine.Key, len(items))
 	for i := range items {
-		keys[i].vals, keys[i].id = q.key(&items[i])
+		keys[i].Vals, keys[i].ID = q.key(&items[i])
 	}
 	return keys
 }

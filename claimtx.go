@@ -9,6 +9,7 @@ import (
 	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
 
@@ -26,7 +27,7 @@ const (
 // of the queue), runs their handlers, re-checks that the rows they
 // processed left the queue, settles each row's outcome and commits. With
 // a RateLimit it claims no more rows than tk has left.
-func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []feedKey, tk *tokens) batchResult {
+func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []engine.Key, tk *tokens) engine.Result {
 	limit, keys, _ = fit(tk, limit, keys)
 	b := &claimTx[T]{q: q, s: s, limit: limit, keys: keys, prep: s != nil && q.prepares, tk: tk}
 	defer b.end()
@@ -57,10 +58,10 @@ func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []f
 // the path goes on; one that ends it has said why in res.
 type claimTx[T any] struct {
 	q     *Queue[T]
-	s     *session  // the worker's session; nil: on the pool
-	limit int       // with keys nil: the most rows to claim at the head
-	keys  []feedKey // the rows to claim, as the feed read them
-	prep  bool      // prepared statements serve the workers, from Start to Stop
+	s     *session     // the worker's session; nil: on the pool
+	limit int          // with keys nil: the most rows to claim at the head
+	keys  []engine.Key // the rows to claim, as the feed read them
+	prep  bool         // prepared statements serve the workers, from Start to Stop
 
 	span      trace.Span  // the batch's span
 	spans     []*itemSpan // the items' spans
@@ -71,7 +72,7 @@ type claimTx[T any] struct {
 	sp        *savepoints // takes each handler's savepoint before its first statement
 
 	items []T
-	held  []feedKey // the rows' keys as claimed: a handler may change its model's key
+	held  []engine.Key // the rows' keys as claimed: a handler may change its model's key
 	// withSavepoints: each row runs in its own savepoint, see run.
 	withSavepoints bool
 	whole          bool // a batch handler took all the items at once
@@ -91,7 +92,7 @@ type claimTx[T any] struct {
 
 	succeeded []string // the ids of the rows whose handlers succeeded
 	completed []*T     // those rows, for q.complete
-	res       batchResult
+	res       engine.Result
 }
 
 // end rolls back the transaction if it is still open, and ends the
@@ -106,16 +107,16 @@ func (b *claimTx[T]) end() {
 	}
 	tel := b.q.client.tel
 	for _, it := range b.spans {
-		if b.res.err != nil {
+		if b.res.Err != nil {
 			it.Outcome = outcomeReleased
 			if it.Err == nil {
-				it.Err = b.res.err
+				it.Err = b.res.Err
 			}
 		}
 		tel.End(it)
 	}
 	if b.span != nil {
-		tel.EndSpan(b.span, b.res.err)
+		tel.EndSpan(b.span, b.res.Err)
 	}
 }
 
@@ -127,12 +128,12 @@ func (b *claimTx[T]) begin(ctx context.Context) bool {
 	b.began = time.Now()
 	tx, sp, err := b.s.Begin(ctx, q.client.claimDB)
 	if err != nil {
-		b.res.err = fmt.Errorf("bunqueue: queue %q: begin: %w", q.name, err)
+		b.res.Err = fmt.Errorf("bunqueue: queue %q: begin: %w", q.name, err)
 		return false
 	}
 	b.tx, b.sp, b.open = tx, sp, true
 	if b.sessionID, err = q.sessionID(ctx, b.s, tx); err != nil {
-		b.res.err = fmt.Errorf("bunqueue: queue %q: %w", q.name, err)
+		b.res.Err = fmt.Errorf("bunqueue: queue %q: %w", q.name, err)
 		return false
 	}
 	return true
@@ -146,7 +147,7 @@ func (b *claimTx[T]) takeSlot(ctx context.Context) bool {
 		return true
 	}
 	if _, err := b.q.slots.Take(ctx, b.tx); err != nil {
-		b.res.err = err
+		b.res.Err = err
 		return false
 	}
 	return true
@@ -173,24 +174,24 @@ func (b *claimTx[T]) claim(ctx context.Context) bool {
 	q := b.q
 	items, err := q.claim(ctx, b.tx, b.prep, b.limit, b.keys)
 	if err != nil {
-		b.res.err = fmt.Errorf("bunqueue: queue %q: claim: %w", q.name, err)
+		b.res.Err = fmt.Errorf("bunqueue: queue %q: claim: %w", q.name, err)
 		if len(b.keys) == 1 && q.client.dialect.ClientSide(err) {
 			// The row cannot be loaded into the model (a value that does
 			// not fit it): its failure, not the batch's.
-			b.res.err = nil
+			b.res.Err = nil
 			k := b.keys[0]
-			b.res.itemErrs = append(b.res.itemErrs, &ItemError{Queue: q.name, Key: k.id,
+			b.res.ItemErrs = append(b.res.ItemErrs, &ItemError{Queue: q.name, Key: k.ID,
 				Err:      fmt.Errorf("the row cannot be loaded into the model: %w", err),
-				Cooldown: q.cool.Add(k.id, k.vals, time.Now())})
+				Cooldown: q.cool.Add(k.ID, k.Vals, time.Now())})
 		}
 		return false
 	}
 	b.items = items
 	b.held = q.keys(items)
-	b.res.claimed = len(items)
-	b.res.got = make([]string, len(items))
+	b.res.Claimed = len(items)
+	b.res.Got = make([]string, len(items))
 	for i, k := range b.held {
-		b.res.got[i] = k.id
+		b.res.Got[i] = k.ID
 	}
 	q.client.tel.Claimed(ctx, b.span, q.name, len(items), b.began)
 	return len(items) > 0
@@ -234,20 +235,20 @@ func (b *claimTx[T]) runWhole(ctx context.Context) bool {
 	hctx, rk := b.q.watchRekey(ctx)
 	b.sp.Stmts.Start()
 	began := time.Now()
-	b.whole, b.wholeTaken, b.spans, b.res.err = b.q.runWhole(hctx, b.tx, b.sp, b.span, b.items)
-	b.res.work += b.sp.Stmts.Work(time.Since(began))
+	b.whole, b.wholeTaken, b.spans, b.res.Err = b.q.runWhole(hctx, b.tx, b.sp, b.span, b.items)
+	b.res.Work += b.sp.Stmts.Work(time.Since(began))
 	for i := range b.rekeyed {
 		b.rekeyed[i] = rk.changed()
 	}
-	if errors.As(b.res.err, new(*lostTxError)) {
+	if errors.As(b.res.Err, new(*lostTxError)) {
 		b.lose()
 		b.span.AddEvent("the batch handler timed out and its transaction was lost: running its rows one by one")
 		b.q.endLost(ctx, b.sessionID, b.held)
-		b.res.err = nil
-		b.res.oneByOne = b.held
+		b.res.Err = nil
+		b.res.OneByOne = b.held
 		return false
 	}
-	return b.res.err == nil
+	return b.res.Err == nil
 }
 
 // runItem calls the handler of item i, in its savepoint if it has one,
@@ -266,7 +267,7 @@ func (b *claimTx[T]) runItem(ctx context.Context, i int) bool {
 		return q.hooks.run(ctx, func() *WorkInfo { return q.workInfo(&b.items[i]) },
 			func() error { return q.handler(ctx, tx, &b.items[i]) })
 	})
-	b.res.work += b.sp.Stmts.Work(time.Since(began))
+	b.res.Work += b.sp.Stmts.Work(time.Since(began))
 	b.rekeyed[i] = rk.changed()
 	if !b.disarmSavepoint(i) {
 		return false
@@ -291,13 +292,13 @@ func (b *claimTx[T]) itemFailed(ctx context.Context, i int, it *itemSpan, claime
 		if ie.Recorded {
 			it.Outcome = q.failureOutcome(claimed, herr)
 		}
-		b.res.itemErrs = append(b.res.itemErrs, ie)
+		b.res.ItemErrs = append(b.res.ItemErrs, ie)
 		return false
 	}
 	if q.client.dialect.Retryable(herr) || ctx.Err() != nil {
 		// The server may have rolled back the whole transaction
 		// (deadlock), or we are stopping: retry or release the batch.
-		b.res.err = fmt.Errorf("bunqueue: queue %q: handler: %w", q.name, herr)
+		b.res.Err = fmt.Errorf("bunqueue: queue %q: handler: %w", q.name, herr)
 		return false
 	}
 	if !b.withSavepoints {
@@ -305,7 +306,7 @@ func (b *claimTx[T]) itemFailed(ctx context.Context, i int, it *itemSpan, claime
 		b.open = false // nothing left to roll back
 		it.Outcome = outcomeReleased
 		k := b.held[i]
-		b.res.itemErrs = append(b.res.itemErrs, &ItemError{Queue: q.name, Key: k.id, Err: herr, Cooldown: q.cool.Add(k.id, k.vals, time.Now())})
+		b.res.ItemErrs = append(b.res.ItemErrs, &ItemError{Queue: q.name, Key: k.ID, Err: herr, Cooldown: q.cool.Add(k.ID, k.Vals, time.Now())})
 		return false
 	}
 	if !b.rollbackItem(ctx, i) {
@@ -336,7 +337,7 @@ func (b *claimTx[T]) disarmSavepoint(i int) bool {
 	taken, err := b.sp.Disarm()
 	b.taken[i] = taken
 	if err != nil {
-		b.res.err = fmt.Errorf("bunqueue: queue %q: %w", b.q.name, err)
+		b.res.Err = fmt.Errorf("bunqueue: queue %q: %w", b.q.name, err)
 		return false
 	}
 	return true
@@ -349,7 +350,7 @@ func (b *claimTx[T]) rollbackItem(ctx context.Context, i int) bool {
 		return true
 	}
 	if err := b.q.rollbackTo(ctx, b.tx, savepointName(i)); err != nil {
-		b.res.err = err
+		b.res.Err = err
 		return false
 	}
 	return true
@@ -364,13 +365,13 @@ func (b *claimTx[T]) onError(ctx context.Context, i int, claimed *T, herr error)
 	b.sp.Stmts.Start()
 	began := time.Now()
 	oerr := callApp(ctx, func() error { return q.cfg.OnError(ctx, b.tx, claimed, herr) })
-	b.res.work += b.sp.Stmts.Work(time.Since(began))
+	b.res.Work += b.sp.Stmts.Work(time.Since(began))
 	if !b.disarmSavepoint(i) {
 		return false
 	}
 	if oerr != nil {
 		if q.client.dialect.Retryable(oerr) || ctx.Err() != nil {
-			b.res.err = fmt.Errorf("bunqueue: queue %q: OnError: %w", q.name, oerr)
+			b.res.Err = fmt.Errorf("bunqueue: queue %q: OnError: %w", q.name, oerr)
 			return false
 		}
 		if !b.rollbackItem(ctx, i) {
@@ -392,14 +393,14 @@ func (b *claimTx[T]) onError(ctx context.Context, i int, claimed *T, herr error)
 func (b *claimTx[T]) recheck(ctx context.Context) bool {
 	still, err := b.q.stillQueued(ctx, b.tx, b.prep, b.items, b.held, b.outcomes)
 	if err != nil {
-		b.res.err = err
+		b.res.Err = err
 		return false
 	}
 	b.still = still
 	for i := range b.items {
 		// Gone under the key it was claimed with, but the handler gave
 		// it another, in SQL only: perhaps still queued under that.
-		if _, id := b.q.key(&b.items[i]); b.rekeyed[i] != "" && id == b.held[i].id && !still[i] && b.outcomes[i] == succeeded {
+		if _, id := b.q.key(&b.items[i]); b.rekeyed[i] != "" && id == b.held[i].ID && !still[i] && b.outcomes[i] == succeeded {
 			still[i] = true
 		} else {
 			b.rekeyed[i] = ""
@@ -447,7 +448,7 @@ func (b *claimTx[T]) undo(ctx context.Context) bool {
 			return true
 		}
 		if err := q.rollbackTo(ctx, b.tx, batchSavepoint); err != nil {
-			b.res.err = err
+			b.res.Err = err
 			return false
 		}
 	case b.withSavepoints:
@@ -468,7 +469,7 @@ func (b *claimTx[T]) settle() {
 	q := b.q
 	now := time.Now()
 	for i := range b.items {
-		id := b.res.got[i]
+		id := b.res.Got[i]
 		undone := b.undoneFrom >= 0 && i >= b.undoneFrom
 		ie := &ItemError{Queue: q.name, Key: id, Err: b.causes[i]}
 		it := b.spans[i]
@@ -490,15 +491,15 @@ func (b *claimTx[T]) settle() {
 		case b.outcomes[i] == recorded && !undone && !b.still[i]:
 			ie.Recorded = true
 			it.Outcome = q.failureOutcome(&b.items[i], b.causes[i])
-			b.res.itemErrs = append(b.res.itemErrs, ie)
+			b.res.ItemErrs = append(b.res.ItemErrs, ie)
 			continue
 		case b.outcomes[i] == recorded && !undone:
 			ie.Recorded = true
 			ie.Err = fmt.Errorf("%w (recorded by OnError, but the row still matches the queue query)", b.causes[i])
 			it.Outcome = outcomeFailed
 		}
-		ie.Cooldown = q.cool.Add(id, b.held[i].vals, now)
-		b.res.itemErrs = append(b.res.itemErrs, ie)
+		ie.Cooldown = q.cool.Add(id, b.held[i].Vals, now)
+		b.res.ItemErrs = append(b.res.ItemErrs, ie)
 	}
 }
 
@@ -509,14 +510,14 @@ func (b *claimTx[T]) commit(ctx context.Context) {
 	q := b.q
 	if q.complete != nil && len(b.completed) > 0 && b.open {
 		if err := q.complete(ctx, b.tx, b.prep, b.completed); err != nil {
-			b.res.err = fmt.Errorf("bunqueue: queue %q: complete: %w", q.name, err)
+			b.res.Err = fmt.Errorf("bunqueue: queue %q: complete: %w", q.name, err)
 			return
 		}
 	}
 	if b.open {
 		if err := b.tx.Commit(); err != nil {
 			b.open = false // database/sql has ended the transaction either way
-			b.res.err = fmt.Errorf("bunqueue: queue %q: commit: %w", q.name, err)
+			b.res.Err = fmt.Errorf("bunqueue: queue %q: commit: %w", q.name, err)
 			return
 		}
 		b.open = false
@@ -524,5 +525,5 @@ func (b *claimTx[T]) commit(ctx context.Context) {
 	for _, id := range b.succeeded {
 		q.cool.Forget(id)
 	}
-	b.res.done = len(b.succeeded)
+	b.res.Done = len(b.succeeded)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/uptrace/bun/schema"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/idle"
 	"github.com/bunqueue/bunqueue/internal/jobsql"
 	"github.com/bunqueue/bunqueue/internal/prepared"
@@ -57,7 +58,7 @@ type Client struct {
 	sig      signaling              // notifications between processes (listen.go)
 	// jobFeeds, set by Start, are the feeds of the jobs queues, by name,
 	// for handOver.
-	jobFeeds atomic.Pointer[map[string]*feed]
+	jobFeeds atomic.Pointer[map[string]*engine.Feed]
 }
 
 // NewClient returns a Client that works through db, a bun DB opened with
@@ -226,7 +227,7 @@ func (c *Client) check(ctx context.Context, runners []*runner) error {
 func (c *Client) checkPool(runners []*runner) error {
 	workers := 0
 	for _, r := range runners {
-		workers += r.workers
+		workers += r.Workers
 	}
 	most := c.db.Stats().MaxOpenConnections
 	if need := max(workers+len(runners)+1, 2); most > 0 && most < need {
@@ -244,7 +245,7 @@ func (c *Client) checkQueue(ctx context.Context, r *runner) error {
 		return nil // a jobs queue in lease mode
 	}
 	if err := c.dialect.CheckTable(ctx, c.db, tableSchema(c.db, r.table), r.table.Name); err != nil {
-		return fmt.Errorf("bunqueue: queue %q: %w", r.name, err)
+		return fmt.Errorf("bunqueue: queue %q: %w", r.Name, err)
 	}
 	if err := c.checkKey(ctx, r); err != nil {
 		return err
@@ -255,7 +256,7 @@ func (c *Client) checkQueue(ctx context.Context, r *runner) error {
 	if err := r.checkQuery(ctx); err != nil {
 		// Whatever Config.StrictQueryPlans says: it would fail at every
 		// read.
-		return fmt.Errorf("bunqueue: queue %q: the server refuses its query: %w", r.name, err)
+		return fmt.Errorf("bunqueue: queue %q: the server refuses its query: %w", r.Name, err)
 	}
 	return nil
 }
@@ -295,17 +296,18 @@ func (c *Client) run(ctx context.Context, runners []*runner) {
 	c.workers.Add(1)
 	go c.watchIdle(workCtx)
 	c.startListening(workCtx, runners)
-	jobFeeds := map[string]*feed{}
+	jobFeeds := map[string]*engine.Feed{}
 	defer c.jobFeeds.Store(&jobFeeds)
+	env := c.engineEnv()
 	for _, r := range runners {
-		f := newFeed(r)
+		f := engine.NewFeed(&r.Queue)
 		if r.jobs {
-			jobFeeds[r.name] = f
+			jobFeeds[r.Name] = f
 		}
-		c.workers.Add(1 + r.workers)
-		go c.fill(workCtx, f)
-		for range r.workers {
-			go c.work(workCtx, r, f)
+		c.workers.Add(1 + r.Workers)
+		go func() { defer c.workers.Done(); env.Fill(workCtx, f) }()
+		for range r.Workers {
+			go func() { defer c.workers.Done(); env.Work(workCtx, f) }()
 		}
 	}
 	if c.runsJobs() && c.cfg.Retention > 0 {
@@ -321,6 +323,16 @@ func (c *Client) run(ctx context.Context, runners []*runner) {
 		c.cfg.Logger.WarnContext(ctx, "bunqueue: the queue depth gauge is off", "error", err)
 	}
 	c.depthReg = reg
+}
+
+// engineEnv is what the engine needs of the client (see engine.Env).
+// Call it once the idle watcher is set.
+func (c *Client) engineEnv() *engine.Env {
+	return &engine.Env{
+		DB: c.db, ClaimDB: c.claimDB, Dialect: c.dialect, Logger: c.cfg.Logger,
+		Stopping: c.stopping, Idle: c.idle, BatchTarget: BatchTarget, Contain: contain,
+		Running: c.counts.running, EndSession: c.endSession, LogItemError: logItemError,
+	}
 }
 
 // unstarted returns ErrStopped or ErrStarted unless the client is new.
@@ -403,7 +415,7 @@ func (c *Client) checkKey(ctx context.Context, r *runner) error {
 	}
 	cols, err := c.dialect.PrimaryKey(ctx, c.db, tableSchema(c.db, r.table), r.table.Name)
 	if err != nil {
-		return fmt.Errorf("bunqueue: queue %q: %w", r.name, err)
+		return fmt.Errorf("bunqueue: queue %q: %w", r.Name, err)
 	}
 	model := make([]string, len(r.table.PKs))
 	for i, f := range r.table.PKs {
@@ -417,7 +429,7 @@ func (c *Client) checkKey(ctx context.Context, r *runner) error {
 	if !same {
 		c.cfg.Logger.WarnContext(ctx, "bunqueue: the model's primary key is not the table's PRIMARY KEY; "+
 			"claims lock rows by the model's key, which needs a unique index on it",
-			"queue", r.name, "table", r.table.Name, "model_key", model, "primary_key", cols)
+			"queue", r.Name, "table", r.table.Name, "model_key", model, "primary_key", cols)
 	}
 	return nil
 }

@@ -125,7 +125,7 @@ func (c *Client) Enqueue(ctx context.Context, db bun.IDB, args JobArgs, opts *En
 	if err := c.notifyEnqueued(ctx, db, params, res.Duplicate); err != nil { // PostgreSQL: wake other processes
 		return EnqueueResult{}, err
 	}
-	hand.handOverJob(params[0], res)
+	handOverJob(hand, params[0], res)
 	return res, nil
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/limit"
 )
 
@@ -26,7 +27,7 @@ type handOverKey struct{}
 // handOverFeed returns the feed that Enqueue hands the job of p over to
 // once it is inserted through db, or nil: db may be a transaction, the
 // job may be due later, or this client may not run its queue.
-func (c *Client) handOverFeed(db bun.IDB, p EnqueueParams) *feed {
+func (c *Client) handOverFeed(db bun.IDB, p EnqueueParams) *engine.Feed {
 	switch db.(type) {
 	case *bun.DB, bun.Conn:
 	default:
@@ -53,30 +54,15 @@ func (c *Client) handOverFeed(db bun.IDB, p EnqueueParams) *feed {
 	return (*feeds)[queue]
 }
 
-// handOver hands f the job of p that Enqueue inserted, res.
-func (f *feed) handOverJob(p EnqueueParams, res EnqueueResult) {
+// handOverJob hands f the job of p that Enqueue inserted, res. Its
+// LimitKey is the job's slot key: a feed without a KeyLimit ignores it.
+func handOverJob(f *engine.Feed, p EnqueueParams, res EnqueueResult) {
 	if f == nil || res.Duplicate || res.ID == 0 {
 		return
 	}
-	k := feedKey{id: "id=" + strconv.FormatInt(res.ID, 10), vals: []any{res.ID}}
-	if f.perKey > 0 && p.Opts != nil && p.Opts.LimitKey != "" {
-		k.limitKey = limit.SlotKey(p.Opts.LimitKey)
+	k := engine.Key{ID: "id=" + strconv.FormatInt(res.ID, 10), Vals: []any{res.ID}}
+	if p.Opts != nil && p.Opts.LimitKey != "" {
+		k.LimitKey = limit.SlotKey(p.Opts.LimitKey)
 	}
-	f.handOver(k)
-}
-
-// handOver adds k, a row that was just committed, to ready, unless the
-// queue is paused or the row is the feed's already, and wakes a worker.
-func (f *feed) handOver(k feedKey) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.r.gate.isPaused() {
-		return
-	}
-	if _, ok := f.busy[k.id]; ok {
-		return
-	}
-	f.busy[k.id] = k
-	f.ready = append(f.ready, k)
-	f.wakeLocked(1)
+	f.HandOver(k)
 }

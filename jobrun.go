@@ -9,6 +9,7 @@ import (
 	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/jobsql"
 )
 
@@ -33,8 +34,9 @@ func (c *Client) jobRunner(name string, qc JobQueueConfig) *runner {
 		claims := &QueueConfig[jobRow]{KeyColumn: keyColumn(qc), KeyLimit: qc.KeyLimit, RateLimit: qc.RateLimit, KeyRate: qc.KeyRate}
 		l := &leaseRunner{c: c, queue: name, cfg: qc, hooks: h, jobs: jobsQueue(c, name, leaseHandler, claims), slots: c.newSlots(name, qc.GlobalLimit)}
 		return &runner{
-			name: name, runSettings: runSettings{workers: limitedWorkers(qc.Workers, qc.GlobalLimit), batch: qc.BatchSize, selfSized: qc.selfSized, poll: qc.PollInterval},
-			wake: make(chan struct{}, 1), slots: l.slots, keys: l.jobs.keyLimit, rate: l.jobs.rate, keyRate: l.jobs.keyRate, queueEngine: l, jobs: true,
+			Queue: engine.Queue{Name: name, Settings: engine.Settings{Workers: limitedWorkers(qc.Workers, qc.GlobalLimit), Batch: qc.BatchSize, SelfSized: qc.selfSized, Poll: qc.PollInterval},
+				Wake: make(chan struct{}, 1), PerKey: perKey(l.jobs.keyLimit), Work: l},
+			slots: l.slots, keys: l.jobs.keyLimit, rate: l.jobs.rate, keyRate: l.jobs.keyRate, jobs: true,
 		}
 	}
 	q := jobsQueue(c, name,
@@ -69,7 +71,7 @@ func (c *Client) jobRunner(name string, qc JobQueueConfig) *runner {
 	q.outcomeF = func(row *jobRow, cause error) string { return failOutcome(cause, row.Attempts+1, row.MaxAttempts) }
 	q.hooks = hooks{} // runLocked calls them around the worker, not its completion
 	r := q.runner()
-	r.queueEngine = notingFates{r.queueEngine}
+	r.Work = notingFates{r.Work}
 	r.jobs = true
 	return r
 }
@@ -86,12 +88,12 @@ func keyColumn(qc JobQueueConfig) string {
 // notingFates is the engine of a jobs queue in lock mode: its OnError
 // notes each failed job's fate; its ItemError carries it to the worker's
 // log line.
-type notingFates struct{ queueEngine }
+type notingFates struct{ engine.Work }
 
-func (e notingFates) runBatch(ctx context.Context, s *session, limit int, keys []feedKey) batchResult {
+func (e notingFates) RunBatch(ctx context.Context, s *session, limit int, keys []engine.Key) engine.Result {
 	ctx, fates := withJobFates(ctx)
-	res := e.queueEngine.runBatch(ctx, s, limit, keys)
-	fates.attach(res.itemErrs)
+	res := e.Work.RunBatch(ctx, s, limit, keys)
+	fates.attach(res.ItemErrs)
 	return res
 }
 

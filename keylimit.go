@@ -98,7 +98,7 @@ func (b *claimTx[T]) takeKeySlots(ctx context.Context) bool {
 	}
 	run, held, err := q.keyLimit.TakeSlots(ctx, b.tx, len(b.items), func(i int) (string, any, bool) { return q.keyOf(&b.items[i]) })
 	if err != nil {
-		b.res.err = err
+		b.res.Err = err
 		return false
 	}
 	for _, h := range held {
@@ -114,12 +114,12 @@ func (b *claimTx[T]) keep(run []bool) bool {
 	n := 0
 	for i := range b.items {
 		if run[i] {
-			b.items[n], b.held[n], b.res.got[n] = b.items[i], b.held[i], b.res.got[i]
+			b.items[n], b.held[n], b.res.Got[n] = b.items[i], b.held[i], b.res.Got[i]
 			n++
 		}
 	}
-	b.res.leftOut += len(b.items) - n
-	b.items, b.held, b.res.got = b.items[:n], b.held[:n], b.res.got[:n]
+	b.res.LeftOut += len(b.items) - n
+	b.items, b.held, b.res.Got = b.items[:n], b.held[:n], b.res.Got[:n]
 	return n > 0
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/schema"
 
+	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/lease"
 	"github.com/bunqueue/bunqueue/internal/limit"
 )
@@ -33,34 +34,34 @@ type leaseRunner struct {
 	slots *slots // the GlobalLimit's, nil without one (limit.go)
 }
 
-// fetch reads the keys of the next waiting jobs (see Queue.fetch).
-func (l *leaseRunner) fetch(ctx context.Context, db bun.IDB, limit int) ([]feedKey, error) {
+// Fetch reads the keys of the next waiting jobs (see Queue.fetch).
+func (l *leaseRunner) Fetch(ctx context.Context, db bun.IDB, limit int) ([]engine.Key, error) {
 	return l.jobs.fetch(ctx, db, limit)
 }
 
-// probe returns the idle watcher's read of one waiting job (see
+// Probe returns the idle watcher's read of one waiting job (see
 // Queue.probe).
-func (l *leaseRunner) probe(db bun.IDB, except []feedKey) *bun.SelectQuery {
+func (l *leaseRunner) Probe(db bun.IDB, except []engine.Key) *bun.SelectQuery {
 	return l.jobs.probe(db, except)
 }
 
-// depth counts the waiting jobs, up to limit.
-func (l *leaseRunner) depth(ctx context.Context, limit int) (int, error) {
+// Depth counts the waiting jobs, up to limit.
+func (l *leaseRunner) Depth(ctx context.Context, limit int) (int, error) {
 	return l.jobs.Count(ctx, limit)
 }
 
-// explain returns the read of fetch, for the plan check at Start.
-func (l *leaseRunner) explain() (*bun.SelectQuery, *schema.Table) { return l.jobs.explain() }
+// Explain returns the read of fetch, for the plan check at Start.
+func (l *leaseRunner) Explain() (*bun.SelectQuery, *schema.Table) { return l.jobs.explain() }
 
-// runBatch leases the jobs of keys that are still waiting and not locked (with
+// RunBatch leases the jobs of keys that are still waiting and not locked (with
 // keys nil: up to limit jobs at the head of the queue) in a short
 // transaction, then runs them one after the other outside any
 // transaction, keeping their leases alive.
 //
 // It does not use the worker's session: a lease-mode job holds no
 // connection while it runs.
-func (l *leaseRunner) runBatch(ctx context.Context, _ *session, limit int, keys []feedKey) batchResult {
-	var res batchResult
+func (l *leaseRunner) RunBatch(ctx context.Context, _ *session, limit int, keys []engine.Key) engine.Result {
+	var res engine.Result
 	var rows []jobRow
 	var token string
 	var claimed time.Time
@@ -74,17 +75,17 @@ func (l *leaseRunner) runBatch(ctx context.Context, _ *session, limit int, keys 
 		return err
 	})
 	if errors.Is(err, errLimited) {
-		res.err = err
+		res.Err = err
 		return res
 	}
 	l.c.tel.RecordClaim(ctx, l.queue, began)
 	if err != nil {
-		res.err = fmt.Errorf("bunqueue: queue %q: lease: %w", l.queue, err)
+		res.Err = fmt.Errorf("bunqueue: queue %q: lease: %w", l.queue, err)
 		return res
 	}
-	res.got = make([]string, len(rows))
+	res.Got = make([]string, len(rows))
 	for i := range rows {
-		_, res.got[i] = l.jobs.key(&rows[i])
+		_, res.Got[i] = l.jobs.key(&rows[i])
 	}
 	if len(rows) == 0 {
 		return res
@@ -120,7 +121,7 @@ func (l *leaseRunner) runBatch(ctx context.Context, _ *session, limit int, keys 
 // a context that Stop cancels (pgx does) reports an error after the server
 // may have committed, and the jobs would stay leased, not run, until their
 // leases ran out. The caller releases what it claimed if ctx has ended.
-func (l *leaseRunner) claim(ctx context.Context, limit int, keys []feedKey, res *batchResult) (_ []jobRow, token string, held []heldSlot, _ error) {
+func (l *leaseRunner) claim(ctx context.Context, limit int, keys []engine.Key, res *engine.Result) (_ []jobRow, token string, held []heldSlot, _ error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
 	defer cancel()
 	tx, err := l.c.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
@@ -140,13 +141,13 @@ func (l *leaseRunner) claim(ctx context.Context, limit int, keys []feedKey, res 
 		if rated, err = rate.Take(ctx, tx, want(limit, keys)); err != nil {
 			return nil, "", nil, err
 		}
-		limit, keys, res.untried = fit(rate.Taken(rated), limit, keys)
+		limit, keys, res.Untried = fit(rate.Taken(rated), limit, keys)
 	}
 	rows, err := l.jobs.claim(ctx, tx, l.jobs.prepares, limit, keys) // from a worker: prepared statements serve it
 	if err != nil {
 		return nil, "", nil, err
 	}
-	res.claimed = len(rows)
+	res.Claimed = len(rows)
 	live, expired, err := l.expire(ctx, tx, rows)
 	if err != nil {
 		return nil, "", nil, err
@@ -170,7 +171,7 @@ func (l *leaseRunner) claim(ctx context.Context, limit int, keys []feedKey, res 
 	if err := tx.Commit(); err != nil {
 		return nil, "", nil, err
 	}
-	res.itemErrs = append(res.itemErrs, expired...)
+	res.ItemErrs = append(res.ItemErrs, expired...)
 	return live, token, held, nil
 }
 
@@ -219,13 +220,13 @@ func (l *leaseRunner) lease(ctx context.Context, tx bun.Tx, rows []jobRow, token
 // lease is still this worker's, and records what became of it in res
 // (the time its worker ran in res.work). A job that succeeded among
 // quick ones waits in done to be completed with the others.
-func (l *leaseRunner) runOne(ctx context.Context, keeper *lease.Keeper, row *jobRow, token string, res *batchResult, done *leaseCompletions) {
+func (l *leaseRunner) runOne(ctx context.Context, keeper *lease.Keeper, row *jobRow, token string, res *engine.Result, done *leaseCompletions) {
 	j := &leasedJob{l: l, row: row, token: token, fate: newJobFate(row, row.Attempts)}
 	end := j.trace(ctx)
 	began := time.Now()
 	gone, err := j.work(ctx, keeper)
 	took := time.Since(began)
-	res.work += took
+	res.Work += took
 	var ierr error
 	switch {
 	case gone:
@@ -242,13 +243,13 @@ func (l *leaseRunner) runOne(ctx context.Context, keeper *lease.Keeper, row *job
 
 // record ends a job's spans with ierr, its error for the batch (nil once
 // it completed), counts it for Client.Stats and adds it to res.
-func (l *leaseRunner) record(res *batchResult, ierr error, end func(ierr error)) {
+func (l *leaseRunner) record(res *engine.Result, ierr error, end func(ierr error)) {
 	end(ierr)
 	l.c.finishedJob(l.queue, ierr)
 	if ierr != nil {
-		res.itemErrs = append(res.itemErrs, ierr)
+		res.ItemErrs = append(res.ItemErrs, ierr)
 	} else {
-		res.done++
+		res.Done++
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/lease"
 	"github.com/uptrace/bun"
 )
@@ -61,7 +62,7 @@ func (d *leaseCompletions) due() bool {
 // flush completes the waiting jobs that are still leased with the
 // batch's token, in one transaction (retried on conflicts, and written
 // even when ctx has ended), and records what became of each in res.
-func (d *leaseCompletions) flush(ctx context.Context, res *batchResult) {
+func (d *leaseCompletions) flush(ctx context.Context, res *engine.Result) {
 	if len(d.jobs) == 0 {
 		return
 	}

@@ -33,10 +33,3 @@ func limitedWorkers(workers, limit int) int {
 	}
 	return workers
 }
-
-// awaitLimit waits, after a batch that found no free slot of a limit,
-// before the worker looks again (see limit.Wait). It reports whether the
-// client did not stop meanwhile.
-func (w *worker) awaitLimit(err error) bool {
-	return w.pause(limit.Wait(err, w.r.poll))
-}

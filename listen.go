@@ -131,9 +131,9 @@ func (c *Client) startListening(ctx context.Context, runners []*runner) {
 	rows, jobs := map[string][]*runner{}, map[string][]*runner{}
 	for i, r := range runners {
 		if i < len(c.queues) {
-			rows[r.name] = append(rows[r.name], r)
+			rows[r.Name] = append(rows[r.Name], r)
 		} else {
-			jobs[r.name] = append(jobs[r.name], r)
+			jobs[r.Name] = append(jobs[r.Name], r)
 		}
 	}
 	c.subscribe(signal.KindJobs, wakeNamed(jobs))
@@ -150,13 +150,13 @@ func wakeNamed(byName map[string][]*runner) func(signal.Message) {
 	return func(m signal.Message) {
 		if m.Queue != "" {
 			for _, r := range byName[m.Queue] {
-				r.poke()
+				r.Poke()
 			}
 			return
 		}
 		for _, rs := range byName {
 			for _, r := range rs {
-				r.poke()
+				r.Poke()
 			}
 		}
 	}

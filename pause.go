@@ -3,11 +3,11 @@ package bunqueue
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/uptrace/bun"
 
+	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/queuesql"
 	"github.com/bunqueue/bunqueue/internal/signal"
 )
@@ -121,55 +121,6 @@ func checkQueueName(name string) error {
 	return checkText("the queue name", name)
 }
 
-// pauseGate is whether a started runner's queue is paused.
-type pauseGate struct {
-	mu      sync.Mutex
-	paused  bool
-	resumed chan struct{} // closed while not paused
-	onPause func()        // drops the feed's rows not yet taken
-}
-
-func newPauseGate() *pauseGate {
-	g := &pauseGate{resumed: make(chan struct{})}
-	close(g.resumed)
-	return g
-}
-
-// set pauses or resumes the queue; it reports whether that changed it.
-func (g *pauseGate) set(paused bool) bool {
-	g.mu.Lock()
-	if g.paused == paused {
-		g.mu.Unlock()
-		return false
-	}
-	g.paused = paused
-	if paused {
-		g.resumed = make(chan struct{})
-	} else {
-		close(g.resumed)
-	}
-	onPause := g.onPause
-	g.mu.Unlock()
-	if paused && onPause != nil {
-		onPause()
-	}
-	return true
-}
-
-// wait returns a channel closed when the queue is not paused.
-func (g *pauseGate) wait() <-chan struct{} {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.resumed
-}
-
-// isPaused reports whether the queue is paused.
-func (g *pauseGate) isPaused() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.paused
-}
-
 // pauses is a started client's view of its queues' pause flags. The idle
 // watcher reads them (it is its idle.Flags).
 type pauses struct {
@@ -186,19 +137,19 @@ type pauses struct {
 func (c *Client) newPauses(ctx context.Context, runners []*runner) (*pauses, error) {
 	p := &pauses{runners: map[string][]*runner{}, apply: c.applyPause}
 	for _, r := range runners {
-		if r.gate == nil {
-			r.gate = newPauseGate()
+		if r.Gate == nil {
+			r.Gate = engine.NewGate()
 		}
-		if p.every == 0 || r.poll < p.every {
-			p.every = r.poll
+		if p.every == 0 || r.Poll < p.every {
+			p.every = r.Poll
 		}
-		if checkQueueName(r.name) != nil {
+		if checkQueueName(r.Name) != nil {
 			continue // it cannot be paused
 		}
-		if p.runners[r.name] == nil {
-			p.names = append(p.names, r.name)
+		if p.runners[r.Name] == nil {
+			p.names = append(p.names, r.Name)
 		}
-		p.runners[r.name] = append(p.runners[r.name], r)
+		p.runners[r.Name] = append(p.runners[r.Name], r)
 	}
 	if len(p.names) == 0 {
 		return p, nil
@@ -214,7 +165,7 @@ func (c *Client) newPauses(ctx context.Context, runners []*runner) (*pauses, err
 	}
 	for _, name := range paused {
 		for _, r := range p.runners[name] {
-			r.gate.set(true)
+			r.Gate.Set(true)
 		}
 	}
 	return p, nil
@@ -250,7 +201,7 @@ func (c *Client) applyPause(name string, paused bool) {
 		return
 	}
 	for _, r := range p.runners[name] {
-		if r.gate.set(paused) {
+		if r.Gate.Set(paused) {
 			msg := "bunqueue: queue paused"
 			if !paused {
 				msg = "bunqueue: queue resumed"

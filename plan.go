@@ -22,21 +22,21 @@ const planLimit = 100
 // explained.
 func (c *Client) checkPlans(ctx context.Context, runners []*runner) error {
 	for _, r := range runners {
-		if r.queueEngine == nil {
+		if r.Work == nil {
 			continue
 		}
-		sel, table := r.explain()
+		sel, table := r.Explain()
 		query, err := sel.Limit(planLimit).AppendQuery(c.db.QueryGen(), nil)
 		var plan sqldialect.Plan
 		if err == nil {
 			plan, err = c.dialect.Explain(ctx, c.db, string(query))
 		}
 		if err != nil {
-			err = fmt.Errorf("bunqueue: queue %q: explain its query: %w", r.name, err)
+			err = fmt.Errorf("bunqueue: queue %q: explain its query: %w", r.Name, err)
 			if c.cfg.StrictQueryPlans {
 				return err
 			}
-			c.cfg.Logger.WarnContext(ctx, "bunqueue: could not check the plan of a queue's query", "queue", r.name, "error", err)
+			c.cfg.Logger.WarnContext(ctx, "bunqueue: could not check the plan of a queue's query", "queue", r.Name, "error", err)
 			continue
 		}
 		for i := range plan.Steps {
@@ -57,22 +57,22 @@ func (c *Client) checkPlans(ctx context.Context, runners []*runner) error {
 		advice, ok, err := c.dialect.SuggestIndex(ctx, c.db, string(query), tableSchema(c.db, table), table.Name, table.Alias, pks)
 		switch {
 		case err != nil:
-			c.cfg.Logger.DebugContext(ctx, "bunqueue: look for an index that serves a queue's query", "queue", r.name, "error", err)
+			c.cfg.Logger.DebugContext(ctx, "bunqueue: look for an index that serves a queue's query", "queue", r.Name, "error", err)
 		case ok && advice.Existing != "":
 			// The server preferred another plan, as it may while the
 			// table is small: the index is there for when it grows.
 			c.cfg.Logger.DebugContext(ctx, "bunqueue: the plan of a queue's query scans or sorts, but an index serves the query",
-				"queue", r.name, "plan", plan.String(), "index", advice.Existing)
+				"queue", r.Name, "plan", plan.String(), "index", advice.Existing)
 			continue
 		case ok:
 			index = advice.Create + " (a suggestion: the columns of the WHERE's equality conditions, then of the ORDER BY, then the primary key)"
 		}
 		msg := fmt.Sprintf("bunqueue: queue %q: its query's plan has %s, so each read of the queue examines far more rows than it returns "+
-			"(plan: %s); an index that would serve it: %s", r.name, strings.Join(problems, " and "), plan, index)
+			"(plan: %s); an index that would serve it: %s", r.Name, strings.Join(problems, " and "), plan, index)
 		if c.cfg.StrictQueryPlans {
 			return fmt.Errorf("%s; Config.StrictQueryPlans is set", msg)
 		}
-		c.cfg.Logger.WarnContext(ctx, msg, "queue", r.name, "query", string(query))
+		c.cfg.Logger.WarnContext(ctx, msg, "queue", r.Name, "query", string(query))
 	}
 	return nil
 }

@@ -41,9 +41,9 @@ func (c *Client) checkPooler(ctx context.Context, runners []*runner) error {
 		c.preparedOff(ctx, "a statement prepared on a connection was gone once another client of a connection pooler had its server session", nil)
 	}
 	for _, r := range runners {
-		if r.timeout > 0 {
+		if r.Timeout > 0 {
 			if err := c.dialect.CheckEndTxSession(ctx, c.db); err != nil {
-				return fmt.Errorf("bunqueue: queue %q has a Timeout: %w", r.name, err)
+				return fmt.Errorf("bunqueue: queue %q has a Timeout: %w", r.Name, err)
 			}
 			break
 		}

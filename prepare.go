@@ -9,6 +9,7 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/schema"
 
+	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/prepared"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
@@ -36,25 +37,25 @@ func preparable(typ reflect.Type, table *schema.Table) bool { return prepared.Pr
 
 // markers are the keys of a prepared statement's n rows: the dialect's
 // parameter markers in place of their values, for onlyKeys.
-func (q *Queue[T]) markers(n int) []feedKey {
+func (q *Queue[T]) markers(n int) []engine.Key {
 	pks := len(q.table.PKs)
-	keys := make([]feedKey, n)
+	keys := make([]engine.Key, n)
 	for i := range keys {
 		marks := make([]any, pks)
 		for j := range marks {
 			marks[j] = bun.Safe(q.client.dialect.Placeholder(i*pks + j + 1))
 		}
-		keys[i] = feedKey{vals: marks}
+		keys[i] = engine.Key{Vals: marks}
 	}
 	return keys
 }
 
 // keyArgs are the arguments of a prepared statement of shape keys for
 // keys: their values in order, the last key's repeated to fill it.
-func keyArgs(keys []feedKey, shape int) []any {
-	args := make([]any, 0, shape*len(keys[0].vals))
+func keyArgs(keys []engine.Key, shape int) []any {
+	args := make([]any, 0, shape*len(keys[0].Vals))
 	for i := range shape {
-		args = append(args, keys[min(i, len(keys)-1)].vals...)
+		args = append(args, keys[min(i, len(keys)-1)].Vals...)
 	}
 	return args
 }
@@ -63,7 +64,7 @@ func keyArgs(keys []feedKey, shape int) []any {
 // locked with a prepared statement. ok is false when there is none for
 // their number yet (or they are too many): nothing ran, and the rows are
 // claimed in text.
-func (q *Queue[T]) claimPrepared(ctx context.Context, tx bun.Tx, keys []feedKey) (items []T, ok bool, err error) {
+func (q *Queue[T]) claimPrepared(ctx context.Context, tx bun.Tx, keys []engine.Key) (items []T, ok bool, err error) {
 	if len(keys) > prepared.MaxKeys {
 		return nil, false, nil
 	}
@@ -78,7 +79,7 @@ func (q *Queue[T]) claimPrepared(ctx context.Context, tx bun.Tx, keys []feedKey)
 // query, read with a prepared statement. ok is false when there is none
 // for their number yet (or they are too many): nothing ran, and the
 // re-check runs in text.
-func (q *Queue[T]) recheckPrepared(ctx context.Context, tx bun.Tx, keys []feedKey) (rows []T, ok bool, err error) {
+func (q *Queue[T]) recheckPrepared(ctx context.Context, tx bun.Tx, keys []engine.Key) (rows []T, ok bool, err error) {
 	if len(keys) > prepared.MaxKeys {
 		return nil, false, nil
 	}

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bunqueue/bunqueue/internal/cooldown"
+	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
 
@@ -173,9 +174,6 @@ func (q *Queue[T]) Count(ctx context.Context, limit int) (int, error) {
 	})
 }
 
-// depth is Count, for the queue's engine (see queueEngine).
-func (q *Queue[T]) depth(ctx context.Context, limit int) (int, error) { return q.Count(ctx, limit) }
-
 // countUnlocked counts the rows of sel, at most limit, skipping the
 // locked ones, in a READ COMMITTED transaction it rolls back.
 func (c *Client) countUnlocked(ctx context.Context, queue string, limit int, sel func(tx bun.Tx) *bun.SelectQuery) (int, error) {
@@ -209,7 +207,7 @@ func (q *Queue[T]) ProcessNext(ctx context.Context) (bool, error) {
 		return false, ErrNotAdded
 	}
 	res := q.runBatch(ctx, nil, 1, nil)
-	return res.claimed > 0, errors.Join(append(res.itemErrs, res.err)...)
+	return res.Claimed > 0, errors.Join(append(res.ItemErrs, res.Err)...)
 }
 
 // attach checks the queue's declaration, model, query and configuration
@@ -315,24 +313,27 @@ func (q *Queue[T]) runner() *runner {
 		checkQuery = q.checkQuery // not the jobs queues': Start checks their tables
 	}
 	return &runner{
-		name:  q.name,
-		table: q.table,
-		runSettings: runSettings{
-			workers:   limitedWorkers(q.cfg.Workers, q.cfg.GlobalLimit),
-			batch:     q.cfg.BatchSize,
-			selfSized: q.cfg.selfSized,
-			poll:      q.cfg.PollInterval,
-			timeout:   q.cfg.Timeout,
+		Queue: engine.Queue{
+			Name: q.name,
+			Settings: engine.Settings{
+				Workers:   limitedWorkers(q.cfg.Workers, q.cfg.GlobalLimit),
+				Batch:     q.cfg.BatchSize,
+				SelfSized: q.cfg.selfSized,
+				Poll:      q.cfg.PollInterval,
+				Timeout:   q.cfg.Timeout,
+			},
+			Wake:   q.wake,
+			PerKey: perKey(q.keyLimit),
+			Work:   work[T]{q},
 		},
-		wake:        q.wake,
-		byPrimary:   &q.byPrimary,
-		checkQuery:  checkQuery,
-		slots:       q.slots,
-		keys:        q.keyLimit,
-		rate:        q.rate,
-		keyRate:     q.keyRate,
-		limits:      queueLimits{q.cfg.GlobalLimit, q.cfg.KeyLimit, q.cfg.KeyColumn, q.cfg.RateLimit, q.cfg.KeyRate},
-		queueEngine: q,
+		table:      q.table,
+		byPrimary:  &q.byPrimary,
+		checkQuery: checkQuery,
+		slots:      q.slots,
+		keys:       q.keyLimit,
+		rate:       q.rate,
+		keyRate:    q.keyRate,
+		limits:     queueLimits{q.cfg.GlobalLimit, q.cfg.KeyLimit, q.cfg.KeyColumn, q.cfg.RateLimit, q.cfg.KeyRate},
 	}
 }
 
@@ -365,9 +366,9 @@ func (q *Queue[T]) excludeCooling(sel *bun.SelectQuery, now time.Time) *bun.Sele
 	if len(keys) == 0 {
 		return sel
 	}
-	cs := make([]feedKey, len(keys))
+	cs := make([]engine.Key, len(keys))
 	for i, k := range keys {
-		cs[i].vals = k
+		cs[i].Vals = k
 	}
 	return q.exceptKeys(sel, cs)
 }
@@ -415,22 +416,22 @@ func (q *Queue[T]) workInfo(item *T) *WorkInfo {
 // fetch reads on db, with a plain read that locks nothing, the keys
 // of up to limit rows that match the queue's query, in its order, leaving out
 // the rows this process is cooling down.
-func (q *Queue[T]) fetch(ctx context.Context, db bun.IDB, limit int) ([]feedKey, error) {
+func (q *Queue[T]) fetch(ctx context.Context, db bun.IDB, limit int) ([]engine.Key, error) {
 	rows := make([]T, 0, limit)
 	cols := q.pkNames()
 	if q.keyLimit != nil && !slices.Contains(cols, q.keyLimit.column) {
 		cols = append(cols, q.keyLimit.column) // for the feed to keep a key's rows apart
 	}
-	sel := q.waiting(db, &rows).Comment(readComment(q.name)).Column(cols...).Limit(int64(limit))
+	sel := q.waiting(db, &rows).Comment(engine.ReadComment(q.name)).Column(cols...).Limit(int64(limit))
 	if err := sel.Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("bunqueue: queue %q: read waiting rows: %w", q.name, err)
 	}
-	keys := make([]feedKey, len(rows))
+	keys := make([]engine.Key, len(rows))
 	for i := range rows {
-		keys[i].vals, keys[i].id = q.key(&rows[i])
+		keys[i].Vals, keys[i].ID = q.key(&rows[i])
 		if q.keyLimit != nil {
 			if key, _, limited := q.keyOf(&rows[i]); limited {
-				keys[i].limitKey = key
+				keys[i].LimitKey = key
 			}
 		}
 	}
@@ -446,26 +447,50 @@ func (q *Queue[T]) waiting(db bun.IDB, model any) *bun.SelectQuery {
 }
 
 // onlyKeys restricts a claim to the rows of keys.
-func (q *Queue[T]) onlyKeys(sel *bun.SelectQuery, keys []feedKey) *bun.SelectQuery {
+func (q *Queue[T]) onlyKeys(sel *bun.SelectQuery, keys []engine.Key) *bun.SelectQuery {
 	return q.whereKeys(sel, "IN", keys)
 }
 
 // exceptKeys leaves the rows of keys out of a claim.
-func (q *Queue[T]) exceptKeys(sel *bun.SelectQuery, keys []feedKey) *bun.SelectQuery {
+func (q *Queue[T]) exceptKeys(sel *bun.SelectQuery, keys []engine.Key) *bun.SelectQuery {
 	return q.whereKeys(sel, "NOT IN", keys)
 }
 
-func (q *Queue[T]) whereKeys(sel *bun.SelectQuery, op string, keys []feedKey) *bun.SelectQuery {
+func (q *Queue[T]) whereKeys(sel *bun.SelectQuery, op string, keys []engine.Key) *bun.SelectQuery {
 	if len(q.table.PKs) == 1 {
 		flat := make([]any, len(keys))
 		for i, k := range keys {
-			flat[i] = k.vals[0]
+			flat[i] = k.Vals[0]
 		}
 		return sel.Where("?TableAlias.? "+op+" (?)", bun.Ident(q.table.PKs[0].Name), bun.List(flat))
 	}
 	tuples := make([]bun.TupleValues, len(keys))
 	for i, k := range keys {
-		tuples[i] = bun.Tuple(k.vals)
+		tuples[i] = bun.Tuple(k.Vals)
 	}
 	return sel.Where("(?TablePKs) "+op+" (?)", bun.List(tuples))
 }
+
+// work is the queue as the engine runs it (engine.Work).
+type work[T any] struct{ q *Queue[T] }
+
+// Fetch implements engine.Work (see Queue.fetch).
+func (w work[T]) Fetch(ctx context.Context, db bun.IDB, limit int) ([]engine.Key, error) {
+	return w.q.fetch(ctx, db, limit)
+}
+
+// Probe implements engine.Work (see Queue.probe).
+func (w work[T]) Probe(db bun.IDB, except []engine.Key) *bun.SelectQuery {
+	return w.q.probe(db, except)
+}
+
+// RunBatch implements engine.Work (see Queue.runBatch).
+func (w work[T]) RunBatch(ctx context.Context, s *session, limit int, keys []engine.Key) engine.Result {
+	return w.q.runBatch(ctx, s, limit, keys)
+}
+
+// Depth implements engine.Work (see Queue.Count).
+func (w work[T]) Depth(ctx context.Context, limit int) (int, error) { return w.q.Count(ctx, limit) }
+
+// Explain implements engine.Work (see Queue.explain).
+func (w work[T]) Explain() (*bun.SelectQuery, *schema.Table) { return w.q.explain() }

@@ -2,14 +2,13 @@ package bunqueue
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/schema"
 
+	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/limit"
 	"github.com/bunqueue/bunqueue/internal/slotsql"
 )
@@ -93,20 +92,20 @@ func newKeyRate[T any](c *Client, q *Queue[T], table *schema.Table) *keyLimit {
 
 // fit cuts a batch to its tokens: with keys, the keys beyond them are
 // left untried.
-func fit(tk *tokens, limit int, keys []feedKey) (int, []feedKey, []string) {
+func fit(tk *tokens, limit int, keys []engine.Key) (int, []engine.Key, []string) {
 	n := tk.Left(len(keys))
 	if n == len(keys) {
 		return tk.Left(limit), keys, nil
 	}
 	untried := make([]string, 0, len(keys)-n)
 	for _, k := range keys[n:] {
-		untried = append(untried, k.id)
+		untried = append(untried, k.ID)
 	}
 	return tk.Left(limit), keys[:n], untried
 }
 
 // want is how many items a batch of limit rows, or of keys, may start.
-func want(limit int, keys []feedKey) int {
+func want(limit int, keys []engine.Key) int {
 	if keys != nil {
 		return len(keys)
 	}
@@ -125,7 +124,7 @@ func (b *claimTx[T]) takeRateTokens(ctx context.Context) bool {
 	run, inTx, err := q.keyRate.TakeTokensForClaim(ctx, b.tx, q.cfg.KeyRate.Per, len(b.items),
 		func(i int) (string, any, bool) { return q.keyOf(&b.items[i]) })
 	if err != nil {
-		b.res.err = err
+		b.res.Err = err
 		return false
 	}
 	b.keepTokens = b.keepTokens || inTx
@@ -143,11 +142,11 @@ func (b *claimTx[T]) takeTokensInTx(ctx context.Context) bool {
 	}
 	tk, err := r.TakeInClaim(ctx, b.tx, want(b.limit, b.keys))
 	if err != nil {
-		b.res.err = err
+		b.res.Err = err
 		return false
 	}
 	b.tk = tk
-	b.limit, b.keys, b.res.untried = fit(b.tk, b.limit, b.keys)
+	b.limit, b.keys, b.res.Untried = fit(b.tk, b.limit, b.keys)
 	b.keepTokens = true
 	return true
 }
@@ -156,7 +155,7 @@ func (b *claimTx[T]) takeTokensInTx(ctx context.Context) bool {
 // transaction per row that is to run.
 func (b *claimTx[T]) holdTokens(ctx context.Context) bool {
 	if err := b.tk.Hold(ctx, b.tx, len(b.items)); err != nil {
-		b.res.err = err
+		b.res.Err = err
 		return false
 	}
 	return true
@@ -175,24 +174,4 @@ func (l *leaseRunner) takeRateTokens(ctx context.Context, tx bun.Tx, rows []jobR
 		return nil, err
 	}
 	return keepRows(rows, run), nil
-}
-
-// splitUntried splits the rows of a batch into those it tried to claim
-// and those it did not, for want of a RateLimit's slot: all of them if it
-// found none.
-func splitUntried(keys []feedKey, res batchResult) (tried, untried []feedKey) {
-	if errors.As(res.err, new(*limit.RateWait)) {
-		return nil, keys
-	}
-	if len(res.untried) == 0 {
-		return keys, nil
-	}
-	for _, k := range keys {
-		if slices.Contains(res.untried, k.id) {
-			untried = append(untried, k)
-		} else {
-			tried = append(tried, k)
-		}
-	}
-	return tried, untried
 }

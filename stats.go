@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/jobsql"
 	"github.com/bunqueue/bunqueue/internal/stats"
 )
@@ -106,9 +107,9 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 	var sources []source
 	for _, q := range queues {
 		r := q.runner()
-		st := QueueStats{Name: r.name, Kind: QueueKindTable, Table: r.table.Name, Workers: r.workers}
+		st := QueueStats{Name: r.Name, Kind: QueueKindTable, Table: r.table.Name, Workers: r.Workers}
 		r.limits.fill(&st)
-		sources = append(sources, source{st, r.depth})
+		sources = append(sources, source{st, r.Depth})
 	}
 	if jobs {
 		names := make([]string, 0, len(c.cfg.JobQueues))
@@ -199,7 +200,7 @@ func (m *counters) read(st *QueueStats, now time.Time) {
 
 // running counts n rows of queue in flight while run runs: a worker's
 // batch, from the hand-over of its keys until its transaction ended.
-func (m *counters) running(queue string, n int, run func() batchResult) batchResult {
+func (m *counters) running(queue string, n int, run func() engine.Result) engine.Result {
 	m.AddInFlight(queue, n)
 	defer m.AddInFlight(queue, -n)
 	return run()
@@ -234,9 +235,9 @@ func failure(queue string, err error, now time.Time) stats.Failure {
 // finishedBatch counts what a claim transaction of queue did, once it
 // ended: its completed rows, and its failed ones if it committed (a batch
 // that did not commit put its rows back as they were).
-func (c *Client) finishedBatch(queue string, res batchResult) {
-	if res.err == nil {
-		c.counts.add(queue, res.done, res.itemErrs, time.Now())
+func (c *Client) finishedBatch(queue string, res engine.Result) {
+	if res.Err == nil {
+		c.counts.add(queue, res.Done, res.ItemErrs, time.Now())
 	}
 }
 

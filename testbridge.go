@@ -7,6 +7,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/testbridge"
 )
 
@@ -51,26 +52,26 @@ func (c *Client) workJob(ctx context.Context, id int64) (testbridge.Result, erro
 	if err := r.rate.Ensure(ctx); err != nil { // and a RateLimit's
 		return testbridge.Result{}, err
 	}
-	res := r.runBatch(ctx, nil, 1, []feedKey{{id: fmt.Sprintf("id=%d", id), vals: []any{id}}})
+	res := r.RunBatch(ctx, nil, 1, []engine.Key{{ID: fmt.Sprintf("id=%d", id), Vals: []any{id}}})
 	return c.workResult(ctx, &row, res)
 }
 
 // workResult is what became of the job of row, which runBatch ran with
 // the result res.
-func (c *Client) workResult(ctx context.Context, row *jobRow, res batchResult) (testbridge.Result, error) {
+func (c *Client) workResult(ctx context.Context, row *jobRow, res engine.Result) (testbridge.Result, error) {
 	attempt := row.Attempts + 1
 	var ie *ItemError
 	switch {
-	case res.err != nil:
-		return testbridge.Result{}, res.err
-	case res.done == 1:
+	case res.Err != nil:
+		return testbridge.Result{}, res.Err
+	case res.Done == 1:
 		return testbridge.Result{Outcome: outcomeCompleted, Attempt: attempt}, nil
-	case len(res.itemErrs) > 0 && errors.As(res.itemErrs[0], &ie):
+	case len(res.ItemErrs) > 0 && errors.As(res.ItemErrs[0], &ie):
 		if !ie.Recorded || ie.job == nil || ie.job.outcome == outcomeReleased {
 			return testbridge.Result{}, fmt.Errorf("bunqueue: job %d ran, but what became of it was not recorded; it is still in its queue: %w", row.ID, ie)
 		}
 		return testbridge.Result{Outcome: ie.job.outcome, Err: ie.Err, RetryIn: ie.job.after, Attempt: ie.job.attempt}, nil
-	case res.claimed > 0:
+	case res.Claimed > 0:
 		return testbridge.Result{}, fmt.Errorf("bunqueue: job %d was claimed but neither completed nor failed", row.ID)
 	}
 	due, pending, err := c.jobSQL().Due(ctx, c.db, row.ID)

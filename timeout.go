@@ -9,6 +9,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
 	"github.com/bunqueue/bunqueue/internal/txtimeout"
 )
@@ -34,12 +35,12 @@ func (q *Queue[T]) callUnderTimeout(ctx context.Context, tx bun.Tx, fn func(ctx 
 // that a statement still running there lets go of their locks. The cooldown keeps this process's other workers
 // from taking the rows before their failures are recorded. It returns
 // each row's cooldown.
-func (q *Queue[T]) endLost(ctx context.Context, session sqldialect.TxSession, keys []feedKey) []time.Duration {
+func (q *Queue[T]) endLost(ctx context.Context, session sqldialect.TxSession, keys []engine.Key) []time.Duration {
 	c := q.client
 	now := time.Now()
 	cooldowns := make([]time.Duration, len(keys))
 	for i, k := range keys {
-		cooldowns[i] = q.cool.Add(k.id, k.vals, now)
+		cooldowns[i] = q.cool.Add(k.ID, k.Vals, now)
 	}
 	log := c.cfg.Logger.With("queue", q.name)
 	if !session.Known() {
@@ -70,7 +71,7 @@ func (q *Queue[T]) failLost(ctx context.Context, session sqldialect.TxSession, i
 		key, id := q.key(&items[i])
 		ie := &ItemError{Queue: q.name, Key: id, Err: cause, Cooldown: cooldowns[i]}
 		if q.cfg.OnError != nil {
-			recorded, err := q.recordApart(fctx, feedKey{vals: key, id: id}, cause)
+			recorded, err := q.recordApart(fctx, engine.Key{Vals: key, ID: id}, cause)
 			if err != nil {
 				ie.Err = fmt.Errorf("%w; recording the failure apart failed: %w", cause, err)
 			}
@@ -92,7 +93,7 @@ func (q *Queue[T]) failLost(ctx context.Context, session sqldialect.TxSession, i
 // The ended session lets go of its locks a moment after EndTxSession
 // returns, once its statement notices: a row still locked is tried again
 // for up to recordWait, then taken to be another worker's.
-func (q *Queue[T]) recordApart(ctx context.Context, key feedKey, cause error) (bool, error) {
+func (q *Queue[T]) recordApart(ctx context.Context, key engine.Key, cause error) (bool, error) {
 	c := q.client
 	done := false
 	began := time.Now()
@@ -101,7 +102,7 @@ func (q *Queue[T]) recordApart(ctx context.Context, key feedKey, cause error) (b
 		return c.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) error {
 			rows := make([]T, 0, 1)
 			for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
-				sel := q.onlyKeys(q.apply(tx.NewSelect().Model(&rows)), []feedKey{key}).Limit(1)
+				sel := q.onlyKeys(q.apply(tx.NewSelect().Model(&rows)), []engine.Key{key}).Limit(1)
 				if err := sqldialect.Locking(sel, c.dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
 					return err
 				}
@@ -109,7 +110,7 @@ func (q *Queue[T]) recordApart(ctx context.Context, key feedKey, cause error) (b
 					break
 				}
 				// Locked, or out of the queue: a plain read tells which.
-				n, err := q.onlyKeys(q.apply(tx.NewSelect().Model((*T)(nil))), []feedKey{key}).Count(ctx)
+				n, err := q.onlyKeys(q.apply(tx.NewSelect().Model((*T)(nil))), []engine.Key{key}).Count(ctx)
 				if err != nil {
 					return err
 				}
@@ -123,7 +124,7 @@ func (q *Queue[T]) recordApart(ctx context.Context, key feedKey, cause error) (b
 			if err := callApp(ctx, func() error { return q.cfg.OnError(ctx, tx, &rows[0], cause) }); err != nil {
 				return fmt.Errorf("OnError: %w", err)
 			}
-			still, err := q.stillQueued(ctx, tx, false, rows, []feedKey{key}, []outcome{recorded})
+			still, err := q.stillQueued(ctx, tx, false, rows, []engine.Key{key}, []outcome{recorded})
 			if err != nil {
 				return err
 			}

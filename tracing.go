@@ -135,12 +135,12 @@ func sendQueues(jobs []EnqueueParams) []string {
 func depthSources(runners []*runner) []telemetry.Depth {
 	var out []telemetry.Depth
 	for _, r := range runners {
-		if r.queueEngine == nil {
+		if r.Work == nil {
 			continue
 		}
-		out = append(out, telemetry.Depth{Queue: r.name, Count: func(ctx context.Context, limit int) (n int, err error) {
+		out = append(out, telemetry.Depth{Queue: r.Name, Count: func(ctx context.Context, limit int) (n int, err error) {
 			err = contain(ctx, func() (err error) {
-				n, err = r.depth(ctx, limit)
+				n, err = r.Depth(ctx, limit)
 				return err
 			})
 			return n, err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/migrate"
 	"github.com/bunqueue/bunqueue/internal/wake"
 )
@@ -106,7 +107,7 @@ func (c *Client) newWatch(runners []*runner) *watch {
 		}
 		if i >= len(c.queues) {
 			wt.jobs = true
-			for _, queue := range []string{r.name, strings.TrimPrefix(r.name, "jobs:")} {
+			for _, queue := range []string{r.Name, strings.TrimPrefix(r.Name, "jobs:")} {
 				if _, ok := c.cfg.JobQueues[queue]; ok {
 					wt.literal = string(c.db.Dialect().AppendString(nil, queue))
 					break
@@ -117,15 +118,6 @@ func (c *Client) newWatch(runners []*runner) *watch {
 		w.tables[name] = append(w.tables[name], wt)
 	}
 	return w
-}
-
-// workerKey marks the context of a worker: the value is its runner.
-type workerKey struct{}
-
-// workerContext marks ctx as the context of a worker of r, so that the
-// query hook does not wake r for the worker's own writes.
-func workerContext(ctx context.Context, r *runner) context.Context {
-	return context.WithValue(ctx, workerKey{}, r)
 }
 
 // wakeHook is the bun.QueryHook returned by Client.QueryHook.
@@ -278,13 +270,13 @@ func (w *watch) woken(ctx context.Context, e *bun.QueryEvent, ws []*watcher) []*
 	if len(ws) == 0 || unchanged(e) {
 		return nil
 	}
-	if self, _ := ctx.Value(workerKey{}).(*runner); self != nil {
+	if self := engine.WorkerOf(ctx); self != nil {
 		ws = notOwn(ws, self, op)
 	}
 	if op == wake.Insert {
 		ws = byQueueLiteral(ws, e.Query)
-		if f, _ := ctx.Value(handOverKey{}).(*feed); f != nil {
-			ws = slices.DeleteFunc(ws, func(w *watcher) bool { return w.r == f.r }) // handed over: see handover.go
+		if f, _ := ctx.Value(handOverKey{}).(*engine.Feed); f != nil {
+			ws = slices.DeleteFunc(ws, func(w *watcher) bool { return &w.r.Queue == f.Queue() }) // handed over: see handover.go
 		}
 	}
 	return ws
@@ -319,14 +311,14 @@ func unchanged(e *bun.QueryEvent) bool {
 // as soon as its batch ends. A jobs worker's UPDATEs of the jobs table
 // are the library's (leases, heartbeats, retries), on jobs of its own
 // queue: they wake no jobs queue.
-func notOwn(ws []*watcher, self *runner, op wake.Op) []*watcher {
+func notOwn(ws []*watcher, self *engine.Queue, op wake.Op) []*watcher {
 	jobsWorker := false
 	for _, wt := range ws {
-		jobsWorker = jobsWorker || op == wake.Update && wt.r == self && wt.jobs
+		jobsWorker = jobsWorker || op == wake.Update && &wt.r.Queue == self && wt.jobs
 	}
 	kept := ws[:0]
 	for _, wt := range ws {
-		if wt.r != self && !(jobsWorker && wt.jobs) {
+		if &wt.r.Queue != self && !(jobsWorker && wt.jobs) {
 			kept = append(kept, wt)
 		}
 	}
@@ -419,7 +411,7 @@ func (h *wakeHook) flushPending() {
 // wakeAll wakes the runners of ws.
 func wakeAll(ws []*watcher) {
 	for _, w := range ws {
-		w.r.poke()
+		w.r.Poke()
 	}
 }
 

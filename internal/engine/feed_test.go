@@ -1,4 +1,4 @@
-package bunqueue
+package engine
 
 import (
 	"errors"
@@ -9,26 +9,26 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func keys(ids ...string) []feedKey {
-	out := make([]feedKey, len(ids))
+func keys(ids ...string) []Key {
+	out := make([]Key, len(ids))
 	for i, id := range ids {
-		out[i] = feedKey{id: id, vals: []any{id}}
+		out[i] = Key{ID: id, Vals: []any{id}}
 	}
 	return out
 }
 
-func ids(cs []feedKey) []string {
+func ids(cs []Key) []string {
 	out := make([]string, len(cs))
 	for i, c := range cs {
-		out[i] = c.id
+		out[i] = c.ID
 	}
 	return out
 }
 
 func TestFeedHandsOutEachRowOnce(t *testing.T) {
-	f := newFeed(&runner{runSettings: runSettings{workers: 2, batch: 2}})
+	f := NewFeed(&Queue{Settings: Settings{Workers: 2, Batch: 2}})
 	require.Equal(t, 32, f.begin(), "window: minReadAhead per worker, more than two rounds of batches")
-	require.Equal(t, 2*10*50, newFeed(&runner{runSettings: runSettings{workers: 10, batch: 50}}).window, "window: two rounds of large batches")
+	require.Equal(t, 2*10*50, NewFeed(&Queue{Settings: Settings{Workers: 10, Batch: 50}}).window, "window: two rounds of large batches")
 	require.Equal(t, 3, f.add(keys("a", "b", "c")))
 
 	wake := make(chan struct{}, 1)
@@ -52,14 +52,14 @@ func TestFeedHandsOutEachRowOnce(t *testing.T) {
 
 	// A row that finished before a read began is handed out again if the
 	// read finds it (it came back to the queue).
-	f.finish(keys("a"), batchResult{got: []string{"a"}})
+	f.finish(keys("a"), Result{Got: []string{"a"}})
 	f.begin()
 	require.Equal(t, 1, f.add(keys("a")))
 
 	// One that finished while the read ran may have been seen before its
 	// commit: it is not.
 	f.begin()
-	f.finish(keys("b"), batchResult{got: []string{"b"}})
+	f.finish(keys("b"), Result{Got: []string{"b"}})
 	require.Zero(t, f.add(keys("b")))
 	f.begin()
 	require.Equal(t, 1, f.add(keys("b")), "the next read is trusted")
@@ -67,14 +67,14 @@ func TestFeedHandsOutEachRowOnce(t *testing.T) {
 	// A row the claim did not get (another transaction held it) is not
 	// handed out again for heldFor, nor before a wake-up releases it; a
 	// read asks past it meanwhile.
-	f.finish(keys("c", "d"), batchResult{got: []string{"d"}})
+	f.finish(keys("c", "d"), Result{Got: []string{"d"}})
 	busy := len(f.busy)
 	require.Equal(t, (busy+1+f.window+15)/16*16, f.begin())
 	require.Equal(t, 1, f.add(keys("c", "d")), "c is held, d is not")
 	f.release()
 	f.begin()
 	require.Equal(t, 1, f.add(keys("c")), "a wake-up released it")
-	f.finish(keys("c"), batchResult{})
+	f.finish(keys("c"), Result{})
 	f.begin()
 	require.Zero(t, f.add(keys("c")))
 	time.Sleep(heldFor)
@@ -82,18 +82,18 @@ func TestFeedHandsOutEachRowOnce(t *testing.T) {
 	require.Equal(t, 1, f.add(keys("c")), "held no longer")
 
 	// After a failed batch nothing is held: the keys' fate is unknown.
-	f.finish(keys("c"), batchResult{err: errors.New("deadlock")})
+	f.finish(keys("c"), Result{Err: errors.New("deadlock")})
 	f.begin()
 	require.Equal(t, 1, f.add(keys("c")))
 }
 
 // keyed returns rows id=key pairs: "1:a" is row 1 of KeyLimit key "a",
 // "5" a row without a key.
-func keyed(rows ...string) []feedKey {
-	out := make([]feedKey, len(rows))
+func keyed(rows ...string) []Key {
+	out := make([]Key, len(rows))
 	for i, r := range rows {
 		id, key, _ := strings.Cut(r, ":")
-		out[i] = feedKey{id: id, vals: []any{id}, limitKey: key}
+		out[i] = Key{ID: id, Vals: []any{id}, LimitKey: key}
 	}
 	return out
 }
@@ -104,7 +104,7 @@ func keyed(rows ...string) []feedKey {
 // and gives them back when done; the rows it leaves keep their order, and
 // the workers waiting for rows are woken when a key comes free.
 func TestFeedKeepsBatchesOfAKeyApart(t *testing.T) {
-	f := newFeed(&runner{runSettings: runSettings{workers: 2, batch: 10}, keys: &keyLimit{n: 1}})
+	f := NewFeed(&Queue{Settings: Settings{Workers: 2, Batch: 10}, PerKey: 1})
 	f.begin()
 	require.Equal(t, 8, f.add(keyed("1:a", "2:b", "3:a", "4:c", "5", "6:b", "7:d", "8:a")))
 
@@ -124,7 +124,7 @@ func TestFeedKeepsBatchesOfAKeyApart(t *testing.T) {
 	require.Nil(t, none, "only rows of held keys are left")
 	require.Equal(t, []string{"6", "8", "9", "10"}, ids(f.ready), "in their order")
 
-	f.finish(first, batchResult{got: ids(first)})
+	f.finish(first, Result{Got: ids(first)})
 	f.done(first)
 	select {
 	case <-filled:
@@ -135,7 +135,7 @@ func TestFeedKeepsBatchesOfAKeyApart(t *testing.T) {
 	require.Equal(t, []string{"6"}, ids(got), "b is free again, and a; one key for this batch")
 	got2 := f.take(10, make(chan struct{}, 1))
 	require.Equal(t, []string{"8", "9"}, ids(got2), "a's rows together; c is still held")
-	for _, b := range [][]feedKey{second, third, fourth, got, got2} {
+	for _, b := range [][]Key{second, third, fourth, got, got2} {
 		f.done(b)
 	}
 	require.Empty(t, f.keyBusy, "every key given back")
@@ -145,7 +145,7 @@ func TestFeedKeepsBatchesOfAKeyApart(t *testing.T) {
 
 // With a KeyLimit of two, two batches of this process may hold a key.
 func TestFeedKeyLimitOfTwo(t *testing.T) {
-	f := newFeed(&runner{runSettings: runSettings{workers: 3, batch: 10}, keys: &keyLimit{n: 2}})
+	f := NewFeed(&Queue{Settings: Settings{Workers: 3, Batch: 10}, PerKey: 2})
 	f.begin()
 	f.add(keyed("1:a", "2:a", "3:a"))
 	one := f.take(1, make(chan struct{}, 1))
@@ -159,7 +159,7 @@ func TestFeedKeyLimitOfTwo(t *testing.T) {
 // Rows that come wake as many waiting workers as there are rows, those
 // that waited longest first, not every worker for one row.
 func TestFeedWakesOneWorkerARow(t *testing.T) {
-	f := newFeed(&runner{runSettings: runSettings{workers: 3, batch: 1}})
+	f := NewFeed(&Queue{Settings: Settings{Workers: 3, Batch: 1}})
 	chans := []chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{}, 1)}
 	for _, ch := range chans {
 		require.Nil(t, f.take(1, ch))

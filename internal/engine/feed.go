@@ -1,22 +1,13 @@
-package bunqueue
+package engine
 
 import (
-	"context"
-	"database/sql/driver"
-	"errors"
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/uptrace/bun"
-
-	"github.com/bunqueue/bunqueue/internal/backoff"
-	"github.com/bunqueue/bunqueue/internal/slotsql"
 )
 
-// A feed hands the rows of one queue to its workers in this process.
+// A Feed hands the rows of one queue to its workers in this process.
 //
 // Claiming at the head of the queue's index is what limits a SKIP LOCKED
 // queue: every claimer reads past the rows the others hold, and 16 claimers
@@ -28,13 +19,13 @@ import (
 // the queue no longer matches. Rows taken by this process's workers and
 // not finished are busy: a later read that finds them again does not hand
 // them out twice.
-type feed struct {
-	r      *runner
+type Feed struct {
+	r      *Queue
 	window int // how many new rows one read tries to find
 
 	mu    sync.Mutex
-	ready []feedKey            // read, not yet taken
-	busy  map[string]feedKey   // ready or taken, not yet finished
+	ready []Key                // read, not yet taken
+	busy  map[string]Key       // ready or taken, not yet finished
 	late  map[string]struct{}  // finished since the current read began
 	held  map[string]time.Time // found locked by a claim, and when
 	// contended: when the current read began, rows found locked were
@@ -54,42 +45,46 @@ type feed struct {
 	keyBusy map[string]int
 }
 
-// minReadAhead is the fewest keys per worker one read of the feed looks
+// minReadAhead is the fewest keys per worker one read of the Feed looks
 // for. Two rounds of batches are few with batches of one: a read that
 // waits for the CPU on a busy machine finds the workers at one row per
 // transaction already waiting for it.
 const minReadAhead = 16
 
-// readComment tags a feed's read, so that it can be told apart in the
+// ReadComment tags a feed's read, so that it can be told apart in the
 // server's process list and slow log.
-func readComment(queue string) string { return "bunqueue: read " + queue }
+func ReadComment(queue string) string { return "bunqueue: read " + queue }
 
-func newFeed(r *runner) *feed {
-	f := &feed{
+// NewFeed returns the feed of q, and gives q a Gate if it has none.
+func NewFeed(r *Queue) *Feed {
+	f := &Feed{
 		r:      r,
-		window: max(2*r.workers*r.batch, minReadAhead*r.workers),
-		busy:   map[string]feedKey{},
+		window: max(2*r.Workers*r.Batch, minReadAhead*r.Workers),
+		busy:   map[string]Key{},
 		late:   map[string]struct{}{},
 		held:   map[string]time.Time{},
 		low:    make(chan struct{}, 1),
 		found:  make(chan struct{}, 1),
 	}
-	if r.keys != nil && r.keys.kind == slotsql.Concurrency {
-		f.perKey, f.keyBusy = r.keys.n, map[string]int{}
+	if r.PerKey > 0 {
+		f.perKey, f.keyBusy = r.PerKey, map[string]int{}
 	}
-	if r.gate == nil {
-		r.gate = newPauseGate()
+	if r.Gate == nil {
+		r.Gate = NewGate()
 	}
-	r.gate.onPause = f.pause
+	r.Gate.onPause = f.pause
 	return f
 }
 
+// Queue returns the feed's queue.
+func (f *Feed) Queue() *Queue { return f.r }
+
 // pause drops the rows read and not yet taken, so that a paused queue
 // starts no more, and wakes fill to wait for the resume.
-func (f *feed) pause() {
+func (f *Feed) pause() {
 	f.mu.Lock()
 	for _, k := range f.ready {
-		delete(f.busy, k.id)
+		delete(f.busy, k.ID)
 	}
 	f.ready = nil
 	f.mu.Unlock()
@@ -106,11 +101,11 @@ func (f *feed) pause() {
 // the worker's channel wake (cap 1) to the waiters, which get a signal
 // when rows come. It asks fill to read again when fewer than half a
 // read's window is left.
-func (f *feed) take(n int, wake chan struct{}) []feedKey {
+func (f *Feed) take(n int, wake chan struct{}) []Key {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	share := (len(f.ready) + f.r.workers - 1) / f.r.workers
-	var got []feedKey
+	share := (len(f.ready) + f.r.Workers - 1) / f.r.Workers
+	var got []Key
 	if f.perKey > 0 {
 		got = f.takeByKey(min(n, share))
 	} else {
@@ -136,7 +131,7 @@ func (f *feed) take(n int, wake chan struct{}) []feedKey {
 
 // wakeLocked signals up to n of the waiting workers, those that waited
 // longest first. Call with f.mu held.
-func (f *feed) wakeLocked(n int) {
+func (f *Feed) wakeLocked(n int) {
 	n = min(n, len(f.waiters))
 	for _, ch := range f.waiters[:n] {
 		select {
@@ -158,25 +153,25 @@ func (f *feed) wakeLocked(n int) {
 // keys among the ready rows, shared among the workers). The rows it
 // leaves keep their order in ready. Call with f.mu held; done gives the
 // batch's keys back.
-func (f *feed) takeByKey(n int) []feedKey {
+func (f *Feed) takeByKey(n int) []Key {
 	free := map[string]bool{}
 	for _, k := range f.ready {
-		if k.limitKey != "" && f.keyBusy[k.limitKey] < f.perKey {
-			free[k.limitKey] = true
+		if k.LimitKey != "" && f.keyBusy[k.LimitKey] < f.perKey {
+			free[k.LimitKey] = true
 		}
 	}
-	most := max((len(free)+f.r.workers-1)/f.r.workers, 1)
+	most := max((len(free)+f.r.Workers-1)/f.r.Workers, 1)
 	mine := map[string]bool{}
-	var got []feedKey
+	var got []Key
 	left := f.ready[:0]
 	for _, k := range f.ready {
 		take := false
 		switch {
 		case len(got) >= n:
-		case k.limitKey == "" || mine[k.limitKey]:
+		case k.LimitKey == "" || mine[k.LimitKey]:
 			take = true
-		case free[k.limitKey] && len(mine) < most:
-			mine[k.limitKey], take = true, true
+		case free[k.LimitKey] && len(mine) < most:
+			mine[k.LimitKey], take = true, true
 		}
 		if take {
 			got = append(got, k)
@@ -195,7 +190,7 @@ func (f *feed) takeByKey(n int) []feedKey {
 // done gives back the KeyLimit keys of a batch that took keys (see
 // takeByKey), and wakes the workers waiting for rows if some are ready:
 // rows of those keys may be.
-func (f *feed) done(keys []feedKey) {
+func (f *Feed) done(keys []Key) {
 	if f.perKey == 0 {
 		return
 	}
@@ -203,21 +198,21 @@ func (f *feed) done(keys []feedKey) {
 	defer f.mu.Unlock()
 	seen := map[string]bool{}
 	for _, k := range keys {
-		if k.limitKey == "" || seen[k.limitKey] {
+		if k.LimitKey == "" || seen[k.LimitKey] {
 			continue
 		}
-		seen[k.limitKey] = true
-		if f.keyBusy[k.limitKey]--; f.keyBusy[k.limitKey] <= 0 {
-			delete(f.keyBusy, k.limitKey)
+		seen[k.LimitKey] = true
+		if f.keyBusy[k.LimitKey]--; f.keyBusy[k.LimitKey] <= 0 {
+			delete(f.keyBusy, k.LimitKey)
 		}
 	}
 	f.wakeLocked(len(f.ready))
 }
 
-// heldFor is how long the feed leaves alone a row that a claim found
+// heldFor is how long the Feed leaves alone a row that a claim found
 // locked by another transaction (another process's worker, or an insert
 // not yet committed, which the read may see at READ UNCOMMITTED), unless
-// a commit in this process wakes the feed first. Without it, a queue whose
+// a commit in this process wakes the Feed first. Without it, a queue whose
 // only waiting rows are held elsewhere would read and claim them again and
 // again, finding them locked each time.
 const heldFor = 100 * time.Millisecond
@@ -225,15 +220,15 @@ const heldFor = 100 * time.Millisecond
 // finish marks rows no longer busy: a later read may hand them out again.
 // Those of them that res, the batch's result, did not lock (held by
 // another transaction, or gone) are held for heldFor.
-func (f *feed) finish(keys []feedKey, res batchResult) {
+func (f *Feed) finish(keys []Key, res Result) {
 	now := time.Now()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, k := range keys {
-		delete(f.busy, k.id)
-		f.late[k.id] = struct{}{}
-		if res.err == nil && !slices.Contains(res.got, k.id) {
-			f.held[k.id] = now
+		delete(f.busy, k.ID)
+		f.late[k.ID] = struct{}{}
+		if res.Err == nil && !slices.Contains(res.Got, k.ID) {
+			f.held[k.ID] = now
 		}
 	}
 }
@@ -242,15 +237,15 @@ func (f *feed) finish(keys []feedKey, res batchResult) {
 // queue's RateLimit had no slot for them) back to the workers, at the
 // head of ready: they are still busy, and no read needs to find them
 // again. A paused queue drops them instead (see pause).
-func (f *feed) putBack(keys []feedKey) {
+func (f *Feed) putBack(keys []Key) {
 	if len(keys) == 0 {
 		return
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.r.gate.isPaused() {
+	if f.r.Gate.Paused() {
 		for _, k := range keys {
-			delete(f.busy, k.id)
+			delete(f.busy, k.ID)
 		}
 		return
 	}
@@ -260,7 +255,7 @@ func (f *feed) putBack(keys []feedKey) {
 
 // release forgets the held rows: a commit in this process may have
 // released them.
-func (f *feed) release() {
+func (f *Feed) release() {
 	f.mu.Lock()
 	clear(f.held)
 	f.mu.Unlock()
@@ -268,13 +263,13 @@ func (f *feed) release() {
 
 // inFlight returns the busy rows, for the idle watcher's probe to leave
 // out; none if there are more than probeExcept.
-func (f *feed) inFlight() []feedKey {
+func (f *Feed) inFlight() []Key {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if len(f.busy) > probeExcept {
 		return nil
 	}
-	keys := make([]feedKey, 0, len(f.busy))
+	keys := make([]Key, 0, len(f.busy))
 	for _, k := range f.busy {
 		keys = append(keys, k)
 	}
@@ -290,10 +285,10 @@ func (f *feed) inFlight() []feedKey {
 // each claim getting what the others left. Taken from different starts,
 // each process's workers mostly find rows that no other process has
 // reached. The queue's order is kept between reads, not within one.
-func (f *feed) add(found []feedKey) int {
+func (f *Feed) add(found []Key) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.r.gate.isPaused() {
+	if f.r.Gate.Paused() {
 		return 0 // read before a pause: see pause
 	}
 	if f.contended && len(found) > 1 {
@@ -302,18 +297,18 @@ func (f *feed) add(found []feedKey) int {
 	}
 	n := 0
 	for _, k := range found {
-		if _, ok := f.busy[k.id]; ok {
+		if _, ok := f.busy[k.ID]; ok {
 			continue
 		}
-		if _, ok := f.late[k.id]; ok {
+		if _, ok := f.late[k.ID]; ok {
 			// Finished while the read ran: it may have seen the row
 			// before the commit that took it out of the queue.
 			continue
 		}
-		if _, ok := f.held[k.id]; ok {
+		if _, ok := f.held[k.ID]; ok {
 			continue
 		}
-		f.busy[k.id] = k
+		f.busy[k.ID] = k
 		f.ready = append(f.ready, k)
 		n++
 	}
@@ -327,7 +322,7 @@ func (f *feed) add(found []feedKey) int {
 // LIMIT it is, then recurs, and a driver that caches statements by their
 // text, as pgx does, finds it there) and forgets the rows that finished
 // before now, which the read will see as they are.
-func (f *feed) begin() int {
+func (f *Feed) begin() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	clear(f.late)
@@ -342,145 +337,18 @@ func (f *feed) begin() int {
 	return (n + step - 1) / step * step
 }
 
-// fill reads waiting rows into ready whenever the workers run short.
-// After a read that found nothing new it waits for the client's idle
-// watcher, which probes all the idle queues at once, or for a wake-up
-// (see waitIdle). It is the only goroutine that reads the queue.
-func (c *Client) fill(ctx context.Context, f *feed) {
-	defer c.workers.Done()
-	r := f.r
-	log := c.cfg.Logger.With("queue", r.name)
-	rd := &reader{db: c.db, setup: c.dialect.ReadSetup()}
-	defer rd.end()
-	failures := 0
-	for {
-		select {
-		case <-c.stopping:
-			return
-		default:
-		}
-		if !c.waitResumed(f, rd) {
-			return
-		}
-		found, err := rd.fetch(ctx, r, f.begin())
-		switch {
-		case err != nil && ctx.Err() != nil:
-			return
-		case err != nil:
-			failures++
-			wait := backoff.Jitter(backoff.Exponential(failures, 100*time.Millisecond, max(r.poll, 5*time.Second)), 0.2)
-			log.ErrorContext(ctx, "bunqueue: reading the queue failed", "error", err, "retry_in", wait)
-			t := time.NewTimer(wait)
-			select {
-			case <-c.stopping:
-				t.Stop()
-				return
-			case <-r.wake:
-				f.release()
-			case <-t.C:
-			}
-			t.Stop()
-		case f.add(found) > 0:
-			failures = 0
-			// Wait until the workers run short of rows.
-			select {
-			case <-c.stopping:
-				return
-			case <-f.low:
-			}
-			continue
-		case r.gate.isPaused():
-			failures = 0 // paused during the read: wait for the resume
-			continue
-		default:
-			failures = 0
-			// Nothing new: rows come back at a wake-up (a commit in this
-			// process) or are found by the idle watcher.
-			if !c.waitIdle(f, rd) {
-				return
-			}
-		}
-		// Requests that came while nothing was there are answered by
-		// this read.
-		select {
-		case <-f.low:
-		default:
-		}
+// HandOver adds k, a row that was just committed, to ready, unless the
+// queue is paused or the row is the feed's already, and wakes a worker.
+func (f *Feed) HandOver(k Key) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.r.Gate.Paused() {
+		return
 	}
-}
-
-// waitResumed waits while the feed's queue is paused, without its read
-// connection; false if the client stops first.
-func (c *Client) waitResumed(f *feed, rd *reader) bool {
-	resumed := f.r.gate.wait()
-	select {
-	case <-resumed:
-		return true
-	default:
+	if _, ok := f.busy[k.ID]; ok {
+		return
 	}
-	rd.end()
-	select {
-	case <-c.stopping:
-		return false
-	case <-resumed:
-		return true
-	}
-}
-
-// A reader is a feed's connection for its reads, when the dialect has a
-// ReadSetup: a connection of its own, set up once and never handed back
-// to the pool with that setting. Without one, reads go to the pool.
-type reader struct {
-	db    *bun.DB
-	setup string
-	conn  *bun.Conn // nil: none yet, or discarded
-}
-
-// fetch runs r's read on the reader's connection. A connection the server
-// closed while the queue was idle (wait_timeout) is replaced once.
-func (rd *reader) fetch(ctx context.Context, r *runner, limit int) ([]feedKey, error) {
-	if rd.setup == "" {
-		return read(ctx, r, rd.db, limit)
-	}
-	for attempt := 1; ; attempt++ {
-		if rd.conn == nil {
-			conn, err := rd.db.Conn(ctx)
-			if err != nil {
-				return nil, err
-			}
-			if _, err := conn.ExecContext(ctx, rd.setup); err != nil {
-				discard(&conn)
-				return nil, fmt.Errorf("set up the read's connection: %w", err)
-			}
-			rd.conn = &conn
-		}
-		found, err := read(ctx, r, rd.conn, limit)
-		if err != nil {
-			// Its state is unknown: a new read starts on a new connection.
-			rd.end()
-			if errors.Is(err, driver.ErrBadConn) && attempt == 1 && ctx.Err() == nil {
-				continue
-			}
-		}
-		return found, err
-	}
-}
-
-// read runs r's read on db, contained (see contain): the read runs the
-// queue's query function, the app's code, and a panic there fails it.
-func read(ctx context.Context, r *runner, db bun.IDB, limit int) ([]feedKey, error) {
-	var found []feedKey
-	err := contain(ctx, func() (err error) {
-		found, err = r.fetch(ctx, db, limit)
-		return err
-	})
-	return found, err
-}
-
-// end closes the reader's connection, out of the pool.
-func (rd *reader) end() {
-	if rd.conn != nil {
-		discard(rd.conn)
-		rd.conn = nil
-	}
+	f.busy[k.ID] = k
+	f.ready = append(f.ready, k)
+	f.wakeLocked(1)
 }
