@@ -13,6 +13,7 @@ import (
 	"github.com/uptrace/bun/schema"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/bunqueue/bunqueue/internal/claim"
 	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/idle"
 	"github.com/bunqueue/bunqueue/internal/jobsql"
@@ -26,7 +27,7 @@ import (
 // exits.
 type Client struct {
 	db      *bun.DB
-	claimDB *bun.DB // db with rekeyHook, where claim transactions begin
+	claimDB *bun.DB // db with claim.RekeyHook, where claim transactions begin
 	cfg     Config
 	dialect sqldialect.Dialect
 	tel     *telemetry.Telemetry
@@ -50,6 +51,8 @@ type Client struct {
 	// stmts are the statements prepared for the workers; nil with
 	// Config.NoPreparedStatements, or where the dialect prepares none.
 	stmts *prepared.Cache
+	// claims is what the queues' claims need of the client (claim.Env).
+	claims *claim.Env
 
 	idle     *idle.Watcher          // the queues whose feeds wait for work, probed together
 	watching atomic.Pointer[watch]  // set by Start: the runners QueryHook wakes, by table
@@ -88,11 +91,12 @@ func NewClient(db *bun.DB, cfg *Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	client := &Client{db: db, claimDB: db.WithQueryHook(rekeyHook{}), cfg: c, dialect: d, tel: tel, names: map[string]bool{}, kinds: map[string]runJob{}, periodic: periodic,
+	client := &Client{db: db, claimDB: db.WithQueryHook(claim.RekeyHook{}), cfg: c, dialect: d, tel: tel, names: map[string]bool{}, kinds: map[string]runJob{}, periodic: periodic,
 		stopping: make(chan struct{}), drained: make(chan struct{})}
 	if !c.NoPreparedStatements && d.Placeholder(1) != "" {
 		client.stmts = prepared.New(db.DB, client.prepareFailed)
 	}
+	client.claims = client.claimEnv()
 	return client, nil
 }
 
@@ -198,13 +202,13 @@ func (c *Client) check(ctx context.Context, runners []*runner) error {
 		if err := r.slots.Ensure(ctx); err != nil {
 			return err
 		}
-		if err := r.keys.check(ctx, c); err != nil {
+		if err := checkKeys(ctx, r.keys); err != nil {
 			return err
 		}
 		if err := r.rate.Ensure(ctx); err != nil {
 			return err
 		}
-		if err := r.keyRate.check(ctx, c); err != nil {
+		if err := checkKeys(ctx, r.keyRate); err != nil {
 			return err
 		}
 	}
@@ -323,6 +327,19 @@ func (c *Client) run(ctx context.Context, runners []*runner) {
 		c.cfg.Logger.WarnContext(ctx, "bunqueue: the queue depth gauge is off", "error", err)
 	}
 	c.depthReg = reg
+}
+
+// claimEnv is what the queues' claims need of the client (see
+// claim.Env).
+func (c *Client) claimEnv() *claim.Env {
+	return &claim.Env{
+		DB: c.db, ClaimDB: c.claimDB, Dialect: c.dialect, Tel: c.tel, Logger: c.cfg.Logger,
+		Retry: c.retry, CallApp: callApp, Contain: contain, Prepared: c.prepared, Finished: c.finishedBatch,
+		ErrorType: errorType, StillQueued: ErrStillQueued,
+		Report: func(ie *claim.ItemError) error {
+			return &ItemError{Queue: ie.Queue, Key: ie.Key, Err: ie.Err, Recorded: ie.Recorded, Cooldown: ie.Cooldown}
+		},
+	}
 }
 
 // engineEnv is what the engine needs of the client (see engine.Env).
@@ -451,7 +468,7 @@ func (c *Client) endSession(ctx context.Context, s *session) {
 	if !id.Known() {
 		return
 	}
-	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claim.FinishTimeout)
 	defer cancel()
 	if err := c.dialect.EndTxSession(ectx, c.db, id); err != nil {
 		c.cfg.Logger.DebugContext(ctx, "bunqueue: end the session of a stopped worker", "session", id.ID, "error", err)

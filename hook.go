@@ -1,6 +1,10 @@
 package bunqueue
 
-import "context"
+import (
+	"context"
+
+	"github.com/bunqueue/bunqueue/internal/claim"
+)
 
 // Hook is a set of lifecycle hooks, called around every handler or job
 // worker of the queues it is given to (Config.Hooks for every queue of a
@@ -86,4 +90,14 @@ func (h hooks) run(ctx context.Context, info func() *WorkInfo, fn func() error) 
 		}
 	}
 	return err
+}
+
+// around returns h as the claims of queue call it (claim.Queue.Hooks).
+func (h hooks) around(queue string) func(ctx context.Context, info func() claim.Info, fn func() error) error {
+	return func(ctx context.Context, info func() claim.Info, fn func() error) error {
+		return h.run(ctx, func() *WorkInfo {
+			i := info()
+			return &WorkInfo{Queue: queue, Key: i.Key, Keys: i.Keys}
+		}, fn)
+	}
 }

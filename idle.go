@@ -3,9 +3,6 @@ package bunqueue
 import (
 	"context"
 
-	"github.com/uptrace/bun"
-
-	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/idle"
 )
 
@@ -24,15 +21,4 @@ func (c *Client) newIdleWatch() *idle.Watcher {
 func (c *Client) watchIdle(ctx context.Context) {
 	defer c.workers.Done()
 	c.idle.Run(ctx, c.stopping)
-}
-
-// probe returns the queue's read of its waiting rows on db as a
-// scalar subquery for the idle watcher's probe: 1 if it finds a row that
-// is neither cooling down nor one of except, NULL if not.
-func (q *Queue[T]) probe(db bun.IDB, except []engine.Key) *bun.SelectQuery {
-	sel := q.waiting(db, (*T)(nil)).ColumnExpr("1").Limit(1)
-	if len(except) > 0 {
-		sel = q.exceptKeys(sel, except)
-	}
-	return sel
 }

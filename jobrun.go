@@ -9,6 +9,7 @@ import (
 	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/bunqueue/bunqueue/internal/claim"
 	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/jobsql"
 )
@@ -32,11 +33,11 @@ func (c *Client) jobRunner(name string, qc JobQueueConfig) *runner {
 	if qc.Mode == ModeLease {
 		// For its claims, which leave out the full keys, and its rates.
 		claims := &QueueConfig[jobRow]{KeyColumn: keyColumn(qc), KeyLimit: qc.KeyLimit, RateLimit: qc.RateLimit, KeyRate: qc.KeyRate}
-		l := &leaseRunner{c: c, queue: name, cfg: qc, hooks: h, jobs: jobsQueue(c, name, leaseHandler, claims), slots: c.newSlots(name, qc.GlobalLimit)}
+		l := &leaseRunner{c: c, queue: name, cfg: qc, hooks: h, jobs: jobsQueue(c, name, leaseHandler, claims).eng, slots: c.newSlots(name, qc.GlobalLimit)}
 		return &runner{
 			Queue: engine.Queue{Name: name, Settings: engine.Settings{Workers: limitedWorkers(qc.Workers, qc.GlobalLimit), Batch: qc.BatchSize, SelfSized: qc.selfSized, Poll: qc.PollInterval},
-				Wake: make(chan struct{}, 1), PerKey: perKey(l.jobs.keyLimit), Work: l},
-			slots: l.slots, keys: l.jobs.keyLimit, rate: l.jobs.rate, keyRate: l.jobs.keyRate, jobs: true,
+				Wake: make(chan struct{}, 1), PerKey: perKey(l.jobs.KeyLimit), Work: l},
+			slots: l.slots, keys: l.jobs.KeyLimit, rate: l.jobs.Rate, keyRate: l.jobs.KeyRate, jobs: true,
 		}
 	}
 	q := jobsQueue(c, name,
@@ -56,20 +57,20 @@ func (c *Client) jobRunner(name string, qc JobQueueConfig) *runner {
 				return err
 			},
 		})
-	q.trusted = true // completion and failure always take the row out
-	q.complete = func(ctx context.Context, tx bun.Tx, prep bool, rows []*jobRow) error {
+	q.eng.Trusted = true // completion and failure always take the row out
+	q.eng.Complete = func(ctx context.Context, tx bun.Tx, prep bool, rows []*jobRow) error {
 		ids := make([]int64, len(rows))
 		for i, row := range rows {
 			ids[i] = row.ID
 		}
 		return c.finisher().CompleteHeld(ctx, tx, prep, ids)
 	}
-	q.creator = func(row *jobRow) context.Context { return c.tel.Extract(row.TraceContext) }
-	q.attrs = func(row *jobRow) []attribute.KeyValue {
+	q.eng.Creator = func(row *jobRow) context.Context { return c.tel.Extract(row.TraceContext) }
+	q.eng.Attrs = func(row *jobRow) []attribute.KeyValue {
 		return []attribute.KeyValue{AttrKind.String(row.Kind), AttrAttempt.Int(row.Attempts + 1)}
 	}
-	q.outcomeF = func(row *jobRow, cause error) string { return failOutcome(cause, row.Attempts+1, row.MaxAttempts) }
-	q.hooks = hooks{} // runLocked calls them around the worker, not its completion
+	q.eng.Outcome = func(row *jobRow, cause error) string { return failOutcome(cause, row.Attempts+1, row.MaxAttempts) }
+	q.eng.Hooks = hooks{}.around(name) // runLocked calls them around the worker, not its completion
 	r := q.runner()
 	r.Work = notingFates{r.Work}
 	r.jobs = true
@@ -104,10 +105,10 @@ func jobsQueue(c *Client, name string, handler HandlerFunc[jobRow], cfg *QueueCo
 	if err := q.attach(c); err != nil {
 		panic(err) // the declaration is valid by construction
 	}
-	q.byPrimary = true
-	q.headIndex = jobsql.ClaimIndex
-	q.claimColumn = c.jobSQL().WaitColumn()
-	q.claimed = func(rows []jobRow, at time.Time) {
+	q.eng.ByPrimary = true
+	q.eng.HeadIndex = jobsql.ClaimIndex
+	q.eng.ClaimColumn = c.jobSQL().WaitColumn()
+	q.eng.Claimed = func(rows []jobRow, at time.Time) {
 		for i := range rows {
 			rows[i].claimedAt = at
 		}
@@ -133,7 +134,7 @@ func batchSize(qc JobQueueConfig) int {
 // jobDepth counts the jobs of a queue that are due and not locked.
 func (c *Client) jobDepth(queue string) func(ctx context.Context, limit int) (int, error) {
 	return func(ctx context.Context, limit int) (int, error) {
-		return c.countUnlocked(ctx, queue, limit, func(tx bun.Tx) *bun.SelectQuery {
+		return claim.CountUnlocked(ctx, c.db, c.dialect, queue, limit, func(tx bun.Tx) *bun.SelectQuery {
 			return c.jobSQL().ClaimQuery(queue)(tx.NewSelect().Model((*jobRow)(nil))).Column("id")
 		})
 	}

@@ -11,14 +11,11 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/schema"
 
+	"github.com/bunqueue/bunqueue/internal/claim"
 	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/lease"
 	"github.com/bunqueue/bunqueue/internal/limit"
 )
-
-// finishTimeout bounds the writes that complete, fail or release a job;
-// they run even when the job's context was cancelled.
-const finishTimeout = 30 * time.Second
 
 // errLeaseExpired is the error kept for a job whose last attempt's lease
 // ran out: its worker stopped without finishing it.
@@ -27,7 +24,7 @@ var errLeaseExpired = errors.New("bunqueue: the lease of the job's last attempt 
 // leaseRunner runs one jobs queue in lease mode.
 type leaseRunner struct {
 	c     *Client
-	jobs  *Queue[jobRow] // its claims: a queue over the jobs table
+	jobs  *claim.Queue[jobRow] // its claims: a queue over the jobs table
 	queue string
 	cfg   JobQueueConfig
 	hooks hooks
@@ -36,22 +33,22 @@ type leaseRunner struct {
 
 // Fetch reads the keys of the next waiting jobs (see Queue.fetch).
 func (l *leaseRunner) Fetch(ctx context.Context, db bun.IDB, limit int) ([]engine.Key, error) {
-	return l.jobs.fetch(ctx, db, limit)
+	return l.jobs.Fetch(ctx, db, limit)
 }
 
 // Probe returns the idle watcher's read of one waiting job (see
 // Queue.probe).
 func (l *leaseRunner) Probe(db bun.IDB, except []engine.Key) *bun.SelectQuery {
-	return l.jobs.probe(db, except)
+	return l.jobs.Probe(db, except)
 }
 
 // Depth counts the waiting jobs, up to limit.
 func (l *leaseRunner) Depth(ctx context.Context, limit int) (int, error) {
-	return l.jobs.Count(ctx, limit)
+	return l.jobs.Depth(ctx, limit)
 }
 
 // Explain returns the read of fetch, for the plan check at Start.
-func (l *leaseRunner) Explain() (*bun.SelectQuery, *schema.Table) { return l.jobs.explain() }
+func (l *leaseRunner) Explain() (*bun.SelectQuery, *schema.Table) { return l.jobs.Explain() }
 
 // RunBatch leases the jobs of keys that are still waiting and not locked (with
 // keys nil: up to limit jobs at the head of the queue) in a short
@@ -85,7 +82,7 @@ func (l *leaseRunner) RunBatch(ctx context.Context, _ *session, limit int, keys 
 	}
 	res.Got = make([]string, len(rows))
 	for i := range rows {
-		_, res.Got[i] = l.jobs.key(&rows[i])
+		_, res.Got[i] = l.jobs.Key(&rows[i])
 	}
 	if len(rows) == 0 {
 		return res
@@ -122,7 +119,7 @@ func (l *leaseRunner) RunBatch(ctx context.Context, _ *session, limit int, keys 
 // may have committed, and the jobs would stay leased, not run, until their
 // leases ran out. The caller releases what it claimed if ctx has ended.
 func (l *leaseRunner) claim(ctx context.Context, limit int, keys []engine.Key, res *engine.Result) (_ []jobRow, token string, held []heldSlot, _ error) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claim.FinishTimeout)
 	defer cancel()
 	tx, err := l.c.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
@@ -137,13 +134,13 @@ func (l *leaseRunner) claim(ctx context.Context, limit int, keys []engine.Key, r
 		held = append(held, slot)
 	}
 	var rated []int // the RateLimit's slots, one per job that starts
-	if rate := l.jobs.rate; rate != nil {
-		if rated, err = rate.Take(ctx, tx, want(limit, keys)); err != nil {
+	if rate := l.jobs.Rate; rate != nil {
+		if rated, err = rate.Take(ctx, tx, claim.Want(limit, keys)); err != nil {
 			return nil, "", nil, err
 		}
-		limit, keys, res.Untried = fit(rate.Taken(rated), limit, keys)
+		limit, keys, res.Untried = claim.Fit(rate.Taken(rated), limit, keys)
 	}
-	rows, err := l.jobs.claim(ctx, tx, l.jobs.prepares, limit, keys) // from a worker: prepared statements serve it
+	rows, err := l.jobs.Claim(ctx, tx, l.jobs.Prepares, limit, keys) // from a worker: prepared statements serve it
 	if err != nil {
 		return nil, "", nil, err
 	}
@@ -152,7 +149,7 @@ func (l *leaseRunner) claim(ctx context.Context, limit int, keys []engine.Key, r
 	if err != nil {
 		return nil, "", nil, err
 	}
-	if l.jobs.keyLimit != nil {
+	if l.jobs.KeyLimit != nil {
 		var keyed []heldSlot
 		if live, keyed, err = l.takeKeySlots(ctx, tx, live); err != nil {
 			return nil, "", nil, err
@@ -213,7 +210,7 @@ func (l *leaseRunner) lease(ctx context.Context, tx bun.Tx, rows []jobRow, token
 	if rated == nil {
 		return nil
 	}
-	return l.jobs.rate.Hold(ctx, tx, rated[:len(rows)], token)
+	return l.jobs.Rate.Hold(ctx, tx, rated[:len(rows)], token)
 }
 
 // runOne runs one leased job and completes, fails or releases it, if the
@@ -299,7 +296,7 @@ func (j *leasedJob) work(ctx context.Context, keeper *lease.Keeper) (gone bool, 
 	if ctx.Err() != nil {
 		return false, ctx.Err()
 	}
-	jctx, cancel := withTimeout(j.it.Ctx, j.l.cfg.Timeout)
+	jctx, cancel := claim.WithTimeout(j.it.Ctx, j.l.cfg.Timeout)
 	defer cancel()
 	j.output = jobOutput{c: j.l.c, id: j.row.ID}
 	jctx = withOutput(jctx, &j.output)
@@ -322,7 +319,7 @@ func (j *leasedJob) work(ctx context.Context, keeper *lease.Keeper) (gone bool, 
 // lease lost. It returns the job's error for the batch: nil once the job
 // completed.
 func (j *leasedJob) settle(ctx context.Context, err error, lost bool) error {
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claim.FinishTimeout)
 	defer cancel()
 	var changed bool
 	var ferr error
@@ -443,13 +440,13 @@ func (l *leaseRunner) extendSlots(ctx context.Context, held []heldSlot, token st
 // freeSlots gives back the slots that a batch leased with its jobs, once
 // they all ended. A slot it fails to free is free when its lease runs out.
 func (l *leaseRunner) freeSlots(ctx context.Context, held []heldSlot, token string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claim.FinishTimeout)
 	defer cancel()
 	for _, h := range held {
 		if err := limit.Free(ctx, l.c.dialect, l.c.db, h, token); err != nil {
 			l.c.cfg.Logger.WarnContext(ctx, "bunqueue: freeing a slot of a limit failed; it is free when its lease runs out", "queue", l.queue, "error", err)
-		} else if l.jobs.keyLimit != nil {
-			l.jobs.keyLimit.Freed([]string{h.Limit.Key})
+		} else if l.jobs.KeyLimit != nil {
+			l.jobs.KeyLimit.Freed([]string{h.Limit.Key})
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/bunqueue/bunqueue/internal/claim"
 	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/lease"
 	"github.com/uptrace/bun"
@@ -66,7 +67,7 @@ func (d *leaseCompletions) flush(ctx context.Context, res *engine.Result) {
 	if len(d.jobs) == 0 {
 		return
 	}
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claim.FinishTimeout)
 	defer cancel()
 	ours, err := d.complete(fctx)
 	for i, j := range d.jobs {

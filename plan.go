@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/uptrace/bun"
-	"github.com/uptrace/bun/schema"
-
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
 
@@ -75,10 +72,4 @@ func (c *Client) checkPlans(ctx context.Context, runners []*runner) error {
 		c.cfg.Logger.WarnContext(ctx, msg, "queue", r.Name, "query", string(query))
 	}
 	return nil
-}
-
-// explain returns the queue's plain read of its waiting rows' keys (as
-// fetch sends it, without its LIMIT), and the queue's table.
-func (q *Queue[T]) explain() (*bun.SelectQuery, *schema.Table) {
-	return q.apply(q.atHead(q.client.db.NewSelect().Model((*T)(nil)))).Column(q.pkNames()...), q.table
 }

@@ -1,15 +1,12 @@
 package bunqueue
 
 import (
-	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 
 	"github.com/uptrace/bun"
 
+	"github.com/bunqueue/bunqueue/internal/claim"
 	"github.com/bunqueue/bunqueue/internal/queryshape"
-	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
 
 // The engine builds every statement of a queue from the queue's query: it
@@ -21,19 +18,11 @@ import (
 // the clause or run it wrong; Start runs each queue's claim once (checkQuery), so that a query
 // the server refuses fails Start instead of every poll.
 
-// apply adds the queue's query to sel, its WHERE conditions as one group:
-// the conditions the engine adds after it (the keys it claims, the rows it
-// cools down) then bind to all of them, even where the query's own are
-// joined by OR (WhereOr), which binds looser than AND.
-func (q *Queue[T]) apply(sel *bun.SelectQuery) *bun.SelectQuery {
-	return sel.WhereGroup(" AND ", q.query)
-}
-
 // checkShape applies the queue's query function to a select over the model
 // and returns an error naming the queue and each clause it set that the
 // engine cannot run (see queryshape.Find), or what else keeps it from
 // being a queue's query. db renders the SQL as the server's dialect writes it.
-func (q *Queue[T]) checkShape(db *bun.DB) (err error) {
+func (q *Queue[T]) checkShape(db *bun.DB, eng *claim.Queue[T]) (err error) {
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("bunqueue: queue %q: "+format, append([]any{q.name}, args...)...)
 	}
@@ -44,7 +33,7 @@ func (q *Queue[T]) checkShape(db *bun.DB) (err error) {
 	}()
 	model := new([]T)
 	given := db.NewSelect().Model(model)
-	sel := q.apply(given)
+	sel := eng.Apply(given)
 	switch {
 	case sel != given:
 		return fail("the query function must add to the query it is given and return it, not another query")
@@ -57,20 +46,6 @@ func (q *Queue[T]) checkShape(db *bun.DB) (err error) {
 		return fail("its query: %w", err)
 	case found != "":
 		return fail("its query must not set %s", found)
-	}
-	return nil
-}
-
-// checkQuery runs the queue's claim at the head of the queue once, with a
-// condition that no row meets: the server checks the statement (its
-// columns, its functions, the lock clause with the query) without
-// reading or locking a row. An error is the server's refusal.
-func (q *Queue[T]) checkQuery(ctx context.Context) error {
-	var items []T
-	sel := q.apply(q.atHead(q.client.db.NewSelect().Model(&items))).Where("1 = 0").Limit(1)
-	err := sqldialect.Locking(sel, q.client.dialect.SkipLocked()).Scan(ctx)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return err
 	}
 	return nil
 }

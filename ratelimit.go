@@ -8,7 +8,7 @@ import (
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/schema"
 
-	"github.com/bunqueue/bunqueue/internal/engine"
+	"github.com/bunqueue/bunqueue/internal/claim"
 	"github.com/bunqueue/bunqueue/internal/limit"
 	"github.com/bunqueue/bunqueue/internal/slotsql"
 )
@@ -81,95 +81,25 @@ func (c *Client) newRate(queue string, r Rate) *rateLimit {
 	return limit.NewRate(c.dialect, c.db, queue, r.N, r.Per)
 }
 
-// newKeyRate returns the KeyRate of q over its model's table, or nil if
-// it has none; newKeyLimit has checked its KeyColumn.
-func newKeyRate[T any](c *Client, q *Queue[T], table *schema.Table) *keyLimit {
-	if !q.cfg.KeyRate.on() {
+// newKeyRate returns the KeyRate of queue, configured by cfg, over its
+// model's table, or nil if it has none; newKeyLimit has checked its
+// KeyColumn.
+func newKeyRate[T any](c *Client, queue string, cfg QueueConfig[T], table *schema.Table) *claim.KeyLimit {
+	if !cfg.KeyRate.on() {
 		return nil
 	}
-	return c.newKeySlots(q.name, table.FieldMap[q.cfg.KeyColumn].Name, slotsql.Rate, q.cfg.KeyRate.N)
-}
-
-// fit cuts a batch to its tokens: with keys, the keys beyond them are
-// left untried.
-func fit(tk *tokens, limit int, keys []engine.Key) (int, []engine.Key, []string) {
-	n := tk.Left(len(keys))
-	if n == len(keys) {
-		return tk.Left(limit), keys, nil
-	}
-	untried := make([]string, 0, len(keys)-n)
-	for _, k := range keys[n:] {
-		untried = append(untried, k.ID)
-	}
-	return tk.Left(limit), keys[:n], untried
-}
-
-// want is how many items a batch of limit rows, or of keys, may start.
-func want(limit int, keys []engine.Key) int {
-	if keys != nil {
-		return len(keys)
-	}
-	return limit
-}
-
-// takeRateTokens takes the KeyRate's slots of the claimed rows, if the
-// queue has a KeyRate, and leaves out of the batch the rows whose key got
-// none (see limit.Keys.TakeTokensForClaim). The path ends here if no row
-// is left.
-func (b *claimTx[T]) takeRateTokens(ctx context.Context) bool {
-	q := b.q
-	if q.keyRate == nil {
-		return true
-	}
-	run, inTx, err := q.keyRate.TakeTokensForClaim(ctx, b.tx, q.cfg.KeyRate.Per, len(b.items),
-		func(i int) (string, any, bool) { return q.keyOf(&b.items[i]) })
-	if err != nil {
-		b.res.Err = err
-		return false
-	}
-	b.keepTokens = b.keepTokens || inTx
-	return b.keep(run)
-}
-
-// takeTokensInTx takes, on SQLite, the RateLimit's slots in the claim
-// transaction (see limit.Rate.TakeInClaim). Every row then runs in a
-// savepoint, so that a failed handler keeps them. The path ends with a
-// *limit.RateWait if none is free.
-func (b *claimTx[T]) takeTokensInTx(ctx context.Context) bool {
-	r := b.q.rate
-	if !r.InClaim() {
-		return true
-	}
-	tk, err := r.TakeInClaim(ctx, b.tx, want(b.limit, b.keys))
-	if err != nil {
-		b.res.Err = err
-		return false
-	}
-	b.tk = tk
-	b.limit, b.keys, b.res.Untried = fit(b.tk, b.limit, b.keys)
-	b.keepTokens = true
-	return true
-}
-
-// holdTokens holds, on SQLite, one of the slots taken in the claim
-// transaction per row that is to run.
-func (b *claimTx[T]) holdTokens(ctx context.Context) bool {
-	if err := b.tk.Hold(ctx, b.tx, len(b.items)); err != nil {
-		b.res.Err = err
-		return false
-	}
-	return true
+	return c.newKeySlots(queue, table.FieldMap[cfg.KeyColumn].Name, slotsql.Rate, cfg.KeyRate.N)
 }
 
 // takeRateTokens takes, in the lease transaction tx, the KeyRate's slots
 // of rows, if the queue has a KeyRate, and returns the rows that may be
 // leased.
 func (l *leaseRunner) takeRateTokens(ctx context.Context, tx bun.Tx, rows []jobRow) ([]jobRow, error) {
-	k := l.jobs.keyRate
+	k := l.jobs.KeyRate
 	if k == nil || len(rows) == 0 {
 		return rows, nil
 	}
-	run, err := k.TakeTokens(ctx, tx, l.cfg.KeyRate.Per, len(rows), func(i int) (string, any, bool) { return l.jobs.keyOf(&rows[i]) })
+	run, err := k.TakeTokens(ctx, tx, l.cfg.KeyRate.Per, len(rows), func(i int) (string, any, bool) { return l.jobs.KeyOf(&rows[i]) })
 	if err != nil {
 		return nil, err
 	}

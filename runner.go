@@ -5,6 +5,7 @@ import (
 
 	"github.com/uptrace/bun/schema"
 
+	"github.com/bunqueue/bunqueue/internal/claim"
 	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/slotsql"
 )
@@ -14,7 +15,7 @@ import (
 // work), and what Start sets and checks. Start builds one per queue
 // (Queue.runner, Client.jobRunners).
 //
-// Its work is one of three kinds: a table queue's (Queue.work: its rows
+// Its work is one of three kinds: a table queue's (claim.Queue: its rows
 // are claimed and processed in one transaction, lock mode), a jobs
 // queue's in lock mode (the same, over the jobs table, wrapped in
 // notingFates, which notes each failed job's fate for the worker's log
@@ -33,11 +34,11 @@ type runner struct {
 	// slots are the queue's GlobalLimit, nil without one (limit.go);
 	// keys its KeyLimit (keylimit.go).
 	slots *slots
-	keys  *keyLimit
+	keys  *claim.KeyLimit
 	// rate is the queue's RateLimit, nil without one; keyRate its KeyRate
 	// (ratelimit.go).
 	rate    *rateLimit
-	keyRate *keyLimit
+	keyRate *claim.KeyLimit
 	// limits are the queue's limits as configured, for Stats.
 	limits queueLimits
 	// jobs: a queue of the jobs table (see Client.handOver).
@@ -45,15 +46,15 @@ type runner struct {
 }
 
 var (
-	_ engine.Work = work[jobRow]{}
+	_ engine.Work = (*claim.Queue[jobRow])(nil)
 	_ engine.Work = (*leaseRunner)(nil)
 )
 
 // perKey is the number of slots per key of k, a KeyLimit, for the feed;
 // 0 for none.
-func perKey(k *keyLimit) int {
-	if k == nil || k.kind != slotsql.Concurrency {
+func perKey(k *claim.KeyLimit) int {
+	if k == nil || k.Kind != slotsql.Concurrency {
 		return 0
 	}
-	return k.n
+	return k.N
 }

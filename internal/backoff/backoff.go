@@ -2,6 +2,7 @@
 package backoff
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -40,4 +41,16 @@ func Between(lo, hi time.Duration) time.Duration {
 		return lo
 	}
 	return lo + time.Duration(rand.Int64N(int64(hi-lo)+1))
+}
+
+// Sleep waits d or until ctx ends; it reports whether the full wait passed.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

@@ -1,4 +1,4 @@
-package bunqueue
+package claim
 
 import (
 	"context"
@@ -10,38 +10,36 @@ import (
 
 	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/bunqueue/bunqueue/internal/backoff"
+	"github.com/bunqueue/bunqueue/internal/claimconn"
 	"github.com/bunqueue/bunqueue/internal/engine"
+	"github.com/bunqueue/bunqueue/internal/limit"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/telemetry"
+	"github.com/bunqueue/bunqueue/internal/txtimeout"
 )
 
-// txAttempts bounds how often one batch is retried after a deadlock or a
-// lock wait timeout before the error is returned.
-const txAttempts = 8
-
-// runBatch claims the rows of keys that still wait and are not locked
+// RunBatch claims the rows of keys that still wait and are not locked
 // (with keys nil: up to limit rows at the head of the queue) and processes
 // them in one transaction on s (nil: on the pool), retrying the whole transaction with jitter on
 // deadlocks and lock wait timeouts.
-func (q *Queue[T]) runBatch(ctx context.Context, s *session, limit int, keys []engine.Key) engine.Result {
-	tk, err := q.rate.TakeTokens(ctx, want(limit, keys))
+func (q *Queue[T]) RunBatch(ctx context.Context, s *claimconn.Session, limit int, keys []engine.Key) engine.Result {
+	tk, err := q.Rate.TakeTokens(ctx, Want(limit, keys))
 	if err != nil {
 		return engine.Result{Err: err}
 	}
-	defer tk.GiveBack(ctx, q.client.cfg.Logger)
-	limit, keys, untried := fit(tk, limit, keys)
+	defer tk.GiveBack(ctx, q.Env.Logger)
+	limit, keys, untried := Fit(tk, limit, keys)
 	var res engine.Result
-	_ = q.client.retry(ctx, func() error {
+	_ = q.Env.Retry(ctx, func() error {
 		res = q.containBatch(ctx, s, limit, keys, tk)
 		return res.Err
-	}, q.client.tel.QueueSet(q.name, ""))
+	}, q.Env.Tel.QueueSet(q.Name, ""))
 	res.Untried = append(res.Untried, untried...)
 	switch {
-	case len(keys) > 1 && res.Claimed == 0 && q.client.dialect.ClientSide(errors.Unwrap(res.Err)):
+	case len(keys) > 1 && res.Claimed == 0 && q.Env.Dialect.ClientSide(errors.Unwrap(res.Err)):
 		// A row of the batch cannot be loaded into the model: claim the
 		// keys one by one, so that it fails alone and the others run.
 		return q.runOneByOne(ctx, s, keys, engine.Result{})
@@ -50,27 +48,38 @@ func (q *Queue[T]) runBatch(ctx context.Context, s *session, limit int, keys []e
 		// rows alone, so that the one that hangs fails alone.
 		return q.runOneByOne(ctx, s, res.OneByOne, engine.Result{Claimed: res.Claimed})
 	}
-	q.client.finishedBatch(q.name, res) // counts for Client.Stats
+	q.report(res.ItemErrs)
+	q.Env.Finished(q.Name, res) // counts for Client.Stats
 	return res
+}
+
+// report turns each *ItemError of errs into the error the worker logs
+// (see Env.Report), in place.
+func (q *Queue[T]) report(errs []error) {
+	for i, err := range errs {
+		if ie, ok := err.(*ItemError); ok {
+			errs[i] = q.Env.Report(ie)
+		}
+	}
 }
 
 // containBatch is tryBatch, contained (see contain): a batch runs the
 // app's code outside its handlers too (the queue's query function, the
 // model's scanners and bun hooks), and a panic or a runtime.Goexit there
 // fails the batch, whose transaction rolls back, and not the worker.
-func (q *Queue[T]) containBatch(ctx context.Context, s *session, limit int, keys []engine.Key, tk *tokens) engine.Result {
+func (q *Queue[T]) containBatch(ctx context.Context, s *claimconn.Session, limit int, keys []engine.Key, tk *limit.Tokens) engine.Result {
 	var res engine.Result
-	if err := contain(ctx, func() error { res = q.tryBatch(ctx, s, limit, keys, tk); return nil }); err != nil {
-		return engine.Result{Err: fmt.Errorf("bunqueue: queue %q: %w", q.name, err)}
+	if err := q.Env.Contain(ctx, func() error { res = q.tryBatch(ctx, s, limit, keys, tk); return nil }); err != nil {
+		return engine.Result{Err: fmt.Errorf("bunqueue: queue %q: %w", q.Name, err)}
 	}
 	return res
 }
 
 // runOneByOne claims and processes each of keys in a transaction of its
 // own, adding up the results to all.
-func (q *Queue[T]) runOneByOne(ctx context.Context, s *session, keys []engine.Key, all engine.Result) engine.Result {
+func (q *Queue[T]) runOneByOne(ctx context.Context, s *claimconn.Session, keys []engine.Key, all engine.Result) engine.Result {
 	for _, k := range keys {
-		r := q.runBatch(ctx, s, 1, []engine.Key{k})
+		r := q.RunBatch(ctx, s, 1, []engine.Key{k})
 		all.Claimed += r.Claimed
 		all.Got = append(all.Got, r.Got...)
 		all.Done += r.Done
@@ -79,24 +88,6 @@ func (q *Queue[T]) runOneByOne(ctx context.Context, s *session, keys []engine.Ke
 		all.Err = errors.Join(all.Err, r.Err)
 	}
 	return all
-}
-
-// retry runs fn, and runs it again after a deadlock or a lock wait timeout
-// (the server has rolled the transaction back, or should be asked to),
-// after a jittered exponential wait, up to txAttempts times in all. Each
-// retry is counted in bunqueue.transaction.retries.
-func (c *Client) retry(ctx context.Context, fn func() error, attrs ...metric.AddOption) error {
-	for attempt := 1; ; attempt++ {
-		err := fn()
-		if err == nil || !c.retryable(err) || attempt == txAttempts {
-			return err
-		}
-		c.cfg.Logger.DebugContext(ctx, "bunqueue: retrying transaction", "attempt", attempt, "error", err)
-		c.tel.CountTxRetry(ctx, attrs...)
-		if !sleep(ctx, backoff.Jitter(backoff.Exponential(attempt, 5*time.Millisecond, 500*time.Millisecond), 0.5)) {
-			return err
-		}
-	}
 }
 
 // batchSavepoint is the savepoint of a batch handler's call.
@@ -108,29 +99,29 @@ const batchSavepoint = "bunqueue_batch"
 // the batch, linked to each item's creation context). After any other
 // failure it has rolled back to the savepoint, keeping the locks, so that
 // the items can run one by one; err is what must end the transaction.
-func (q *Queue[T]) runWhole(ctx context.Context, tx bun.Tx, sp *savepoints, batchSpan trace.Span, items []T) (ok, taken bool, _ []*itemSpan, _ error) {
-	spans := make([]*itemSpan, len(items))
+func (q *Queue[T]) runWhole(ctx context.Context, tx bun.Tx, sp *claimconn.Savepoints, batchSpan trace.Span, items []T) (ok, taken bool, _ []*telemetry.Item, _ error) {
+	spans := make([]*telemetry.Item, len(items))
 	for i := range items {
 		spans[i] = q.startItemSpan(ctx, batchSpan, &items[i], 0)
 	}
 	sp.Arm(tx, batchSavepoint)
 	herr := q.callUnderTimeout(ctx, tx, func(ctx context.Context) error {
-		return q.hooks.run(ctx, func() *WorkInfo { return q.batchInfo(items) },
-			func() error { return q.batch(ctx, tx, items) })
+		return q.Hooks(ctx, func() Info { return q.batchInfo(items) },
+			func() error { return q.Batch(ctx, tx, items) })
 	})
 	taken, err := sp.Disarm()
 	switch {
 	case err != nil:
-		return false, taken, nil, fmt.Errorf("bunqueue: queue %q: batch handler: %w", q.name, err)
+		return false, taken, nil, fmt.Errorf("bunqueue: queue %q: batch handler: %w", q.Name, err)
 	case herr == nil:
 		return true, taken, spans, nil
-	case errors.As(herr, new(*lostTxError)):
+	case errors.As(herr, new(*txtimeout.LostError)):
 		return false, taken, spans, herr
-	case q.client.dialect.Retryable(herr) || ctx.Err() != nil:
-		return false, taken, nil, fmt.Errorf("bunqueue: queue %q: batch handler: %w", q.name, herr)
+	case q.Env.Dialect.Retryable(herr) || ctx.Err() != nil:
+		return false, taken, nil, fmt.Errorf("bunqueue: queue %q: batch handler: %w", q.Name, herr)
 	}
 	batchSpan.AddEvent("the batch handler failed: running its rows one by one",
-		trace.WithAttributes(semconv.ErrorTypeKey.String(errorType(herr)), attribute.String("exception.message", herr.Error())))
+		trace.WithAttributes(semconv.ErrorTypeKey.String(q.Env.ErrorType(herr)), attribute.String("exception.message", herr.Error())))
 	if !taken {
 		return false, false, nil, nil // it ran no statement: nothing to undo
 	}
@@ -140,7 +131,7 @@ func (q *Queue[T]) runWhole(ctx context.Context, tx bun.Tx, sp *savepoints, batc
 	return false, taken, nil, nil
 }
 
-// claim locks the rows of keys that still match the queue's query,
+// Claim locks the rows of keys that still match the queue's query,
 // skipping locked ones; with keys nil, up to limit rows at the head of the
 // queue. With prep, the claim of one key runs as a prepared statement
 // once there is one.
@@ -151,11 +142,11 @@ func (q *Queue[T]) runWhole(ctx context.Context, tx bun.Tx, sp *savepoints, batc
 // other processes' feeds have read too, and a claim at the head reads
 // past every row that the workers of all processes hold. The feed holds
 // back the keys found locked, and spreads its next reads (see engine.Feed).
-func (q *Queue[T]) claim(ctx context.Context, tx bun.Tx, prep bool, limit int, keys []engine.Key) ([]T, error) {
+func (q *Queue[T]) Claim(ctx context.Context, tx bun.Tx, prep bool, limit int, keys []engine.Key) ([]T, error) {
 	at := time.Now()
 	items, err := q.claimRows(ctx, tx, prep, limit, keys)
-	if err == nil && q.claimed != nil {
-		q.claimed(items, at)
+	if err == nil && q.Claimed != nil {
+		q.Claimed(items, at)
 	}
 	return items, err
 }
@@ -175,8 +166,8 @@ func (q *Queue[T]) claimRows(ctx context.Context, tx bun.Tx, prep bool, limit in
 	// moment, rows that other workers are about to claim, and make them
 	// skip those.
 	items := make([]T, 0, len(keys))
-	sel := q.onlyKeys(q.apply(q.byKey(q.newClaim(tx, &items))), keys).Limit(int64(len(keys)))
-	if err := sqldialect.Locking(sel, q.client.dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	sel := q.onlyKeys(q.Apply(q.byKey(q.newClaim(tx, &items))), keys).Limit(int64(len(keys)))
+	if err := sqldialect.Locking(sel, q.Env.Dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, err
 	}
 	return items, nil
@@ -187,8 +178,8 @@ func (q *Queue[T]) claimRows(ctx context.Context, tx bun.Tx, prep bool, limit in
 func (q *Queue[T]) claimHead(ctx context.Context, tx bun.Tx, limit int) ([]T, error) {
 	items := make([]T, 0, limit)
 	now := time.Now()
-	sel := q.excludeFull(q.excludeCooling(q.apply(q.atHead(q.newClaim(tx, &items))).Limit(int64(limit)), now), now)
-	if err := sqldialect.Locking(sel, q.client.dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
+	sel := q.excludeFull(q.excludeCooling(q.Apply(q.atHead(q.newClaim(tx, &items))).Limit(int64(limit)), now), now)
+	if err := sqldialect.Locking(sel, q.Env.Dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, err
 	}
 	return items, nil
@@ -198,8 +189,8 @@ func (q *Queue[T]) claimHead(ctx context.Context, tx bun.Tx, limit int) ([]T, er
 // columns, and the queue's claimColumn if it has one.
 func (q *Queue[T]) newClaim(tx bun.Tx, items *[]T) *bun.SelectQuery {
 	sel := tx.NewSelect().Model(items)
-	if q.claimColumn != "" {
-		sel = sel.ColumnExpr("?TableColumns").ColumnExpr(q.claimColumn)
+	if q.ClaimColumn != "" {
+		sel = sel.ColumnExpr("?TableColumns").ColumnExpr(q.ClaimColumn)
 	}
 	return sel
 }
@@ -207,7 +198,7 @@ func (q *Queue[T]) newClaim(tx bun.Tx, items *[]T) *bun.SelectQuery {
 // byKey makes sel read the table by its primary key, where the dialect
 // can say so and the model's key is the table's primary key.
 func (q *Queue[T]) byKey(sel *bun.SelectQuery) *bun.SelectQuery {
-	if hint := q.client.dialect.ForcePrimary(); q.byPrimary && hint != "" {
+	if hint := q.Env.Dialect.ForcePrimary(); q.ByPrimary && hint != "" {
 		return sel.ModelTableExpr("?TableName AS ?TableAlias " + hint)
 	}
 	return sel
@@ -219,10 +210,10 @@ func (q *Queue[T]) byKey(sel *bun.SelectQuery) *bun.SelectQuery {
 // do when the statistics say that the table is small, would lock every
 // waiting row it read, not only the next ones.
 func (q *Queue[T]) atHead(sel *bun.SelectQuery) *bun.SelectQuery {
-	if q.headIndex == "" {
+	if q.HeadIndex == "" {
 		return sel
 	}
-	if hint := q.client.dialect.ForceIndex(q.headIndex); hint != "" {
+	if hint := q.Env.Dialect.ForceIndex(q.HeadIndex); hint != "" {
 		return sel.ModelTableExpr("?TableName AS ?TableAlias " + hint)
 	}
 	return sel
@@ -238,7 +229,7 @@ func (q *Queue[T]) atHead(sel *bun.SelectQuery) *bun.SelectQuery {
 // down under a key that names nothing.
 func (q *Queue[T]) stillQueued(ctx context.Context, tx bun.Tx, prep bool, items []T, held []engine.Key, outcomes []outcome) ([]bool, error) {
 	still := make([]bool, len(items))
-	if q.trusted {
+	if q.Trusted {
 		return still, nil
 	}
 	var probe []engine.Key
@@ -247,17 +238,17 @@ func (q *Queue[T]) stillQueued(ctx context.Context, tx bun.Tx, prep bool, items 
 			continue
 		}
 		probe = append(probe, held[i])
-		if vals, id := q.key(&items[i]); id != held[i].ID {
+		if vals, id := q.Key(&items[i]); id != held[i].ID {
 			probe = append(probe, engine.Key{ID: id, Vals: vals})
 		}
 	}
 	found, err := q.queued(ctx, tx, prep, probe)
 	if err != nil {
-		return nil, fmt.Errorf("bunqueue: queue %q: re-check that processed rows left the queue: %w", q.name, err)
+		return nil, fmt.Errorf("bunqueue: queue %q: re-check that processed rows left the queue: %w", q.Name, err)
 	}
 	for i := range items {
 		if outcomes[i] != released {
-			_, id := q.key(&items[i])
+			_, id := q.Key(&items[i])
 			still[i] = found[held[i].ID] || found[id]
 		}
 	}
@@ -286,7 +277,7 @@ func (q *Queue[T]) queued(ctx context.Context, tx bun.Tx, prep bool, keys []engi
 	}
 	if !ok {
 		rows = make([]T, 0, len(keys))
-		err := q.onlyKeys(q.apply(q.byKey(tx.NewSelect().Model(&rows))).Column(q.pkNames()...), keys).
+		err := q.onlyKeys(q.Apply(q.byKey(tx.NewSelect().Model(&rows))).Column(q.PKNames()...), keys).
 			Limit(int64(len(keys))).
 			Scan(ctx)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
@@ -294,27 +285,27 @@ func (q *Queue[T]) queued(ctx context.Context, tx bun.Tx, prep bool, keys []engi
 		}
 	}
 	for i := range rows {
-		_, id := q.key(&rows[i])
+		_, id := q.Key(&rows[i])
 		found[id] = true
 	}
 	return found, nil
 }
 
 // stillQueuedError is the error of a row, claimed with the key held, whose
-// handler returned nil but that is still in the queue: ErrStillQueued,
+// handler returned nil but that is still in the queue: q.Env.StillQueued,
 // saying so if the handler changed the model's key.
 func (q *Queue[T]) stillQueuedError(item *T, held engine.Key) error {
-	if _, id := q.key(item); id != held.ID {
-		return fmt.Errorf("%w (and it changed the model's key to %s)", ErrStillQueued, id)
+	if _, id := q.Key(item); id != held.ID {
+		return fmt.Errorf("%w (and it changed the model's key to %s)", q.Env.StillQueued, id)
 	}
-	return ErrStillQueued
+	return q.Env.StillQueued
 }
 
 // keys returns the keys of items.
 func (q *Queue[T]) keys(items []T) []engine.Key {
 	keys := make([]engine.Key, len(items))
 	for i := range items {
-		keys[i].Vals, keys[i].ID = q.key(&items[i])
+		keys[i].Vals, keys[i].ID = q.Key(&items[i])
 	}
 	return keys
 }
@@ -325,19 +316,7 @@ func savepointName(i int) string { return "bunqueue_" + strconv.Itoa(i) }
 // rollbackTo undoes what ran in tx since the savepoint name was taken.
 func (q *Queue[T]) rollbackTo(ctx context.Context, tx bun.Tx, name string) error {
 	if _, err := tx.ExecContext(ctx, sqldialect.RollbackTo(name)); err != nil {
-		return fmt.Errorf("bunqueue: queue %q: ROLLBACK TO SAVEPOINT: %w", q.name, err)
+		return fmt.Errorf("bunqueue: queue %q: ROLLBACK TO SAVEPOINT: %w", q.Name, err)
 	}
 	return nil
-}
-
-// sleep waits d or until ctx ends; it reports whether the full wait passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -1,4 +1,4 @@
-package bunqueue
+package claim
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // looks the row up by the key it was claimed with, finds nothing, and
 // takes the row for gone, while the row may still match the query under
 // its new key and be claimed, and re-keyed, for ever. So the claim
-// transactions are begun on a copy of the client's DB with rekeyHook,
+// transactions are begun on a copy of the client's DB with RekeyHook,
 // which watches the statements that a handler runs through its tx with
 // its context: an UPDATE of the queue's table that assigns a column of
 // its primary key is noted, and a row whose key then vanished is treated
@@ -26,7 +26,7 @@ import (
 // it cools down under its key. A handler that sets the model's key too is
 // re-checked under both keys instead (Queue.stillQueued).
 
-// rekeyTarget is what rekeyHook looks for in a queue's statements.
+// rekeyTarget is what RekeyHook looks for in a queue's statements.
 type rekeyTarget struct {
 	table string   // the queue's table, lower-case
 	pks   []string // its primary key's columns, lower-case
@@ -41,7 +41,7 @@ func newRekeyTarget(table *schema.Table) *rekeyTarget {
 	return t
 }
 
-// rekeyWatch is what rekeyHook watches for, for one handler call.
+// rekeyWatch is what RekeyHook watches for, for one handler call.
 type rekeyWatch struct {
 	*rekeyTarget
 	seen atomic.Pointer[string]
@@ -53,7 +53,7 @@ type rekeyKey struct{}
 // watchRekey returns ctx with a new rekeyWatch of the queue's table, for
 // one handler call; nil and ctx for a queue that is not re-checked.
 func (q *Queue[T]) watchRekey(ctx context.Context) (context.Context, *rekeyWatch) {
-	if q.trusted || q.rekey == nil {
+	if q.Trusted || q.rekey == nil {
 		return ctx, nil
 	}
 	w := &rekeyWatch{rekeyTarget: q.rekey}
@@ -72,15 +72,15 @@ func (w *rekeyWatch) changed() string {
 	return ""
 }
 
-// rekeyHook is the query hook of the claim transactions' DB.
-type rekeyHook struct{}
+// RekeyHook is the query hook of the claim transactions' DB.
+type RekeyHook struct{}
 
 // BeforeQuery implements bun.QueryHook.
-func (rekeyHook) BeforeQuery(ctx context.Context, _ *bun.QueryEvent) context.Context { return ctx }
+func (RekeyHook) BeforeQuery(ctx context.Context, _ *bun.QueryEvent) context.Context { return ctx }
 
 // AfterQuery implements bun.QueryHook: it notes a successful UPDATE that
 // assigns a key column of the watched table.
-func (rekeyHook) AfterQuery(ctx context.Context, e *bun.QueryEvent) {
+func (RekeyHook) AfterQuery(ctx context.Context, e *bun.QueryEvent) {
 	w, _ := ctx.Value(rekeyKey{}).(*rekeyWatch)
 	if w == nil || e.Err != nil || w.seen.Load() != nil {
 		return
@@ -151,5 +151,5 @@ func namesTable(refs []wake.Table, table string) bool {
 // the key the row was claimed with, under which the row is gone.
 func (q *Queue[T]) keyChangedError(col string) error {
 	return fmt.Errorf("%w (the handler changed the row's key in SQL, by an UPDATE that sets %s, but not in its model, "+
-		"so the re-check cannot find the row under its new key: set the model's key too)", ErrStillQueued, col)
+		"so the re-check cannot find the row under its new key: set the model's key too)", q.Env.StillQueued, col)
 }

@@ -1,4 +1,4 @@
-package bunqueue
+package claim
 
 import (
 	"context"
@@ -46,7 +46,7 @@ func BenchmarkRekeyHook(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			e := &bun.QueryEvent{Query: bc.query}
 			for b.Loop() {
-				rekeyHook{}.AfterQuery(bc.ctx, e)
+				RekeyHook{}.AfterQuery(bc.ctx, e)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package bunqueue
+package claim
 
 import (
 	"context"
@@ -9,8 +9,12 @@ import (
 	"github.com/uptrace/bun"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/bunqueue/bunqueue/internal/claimconn"
 	"github.com/bunqueue/bunqueue/internal/engine"
+	"github.com/bunqueue/bunqueue/internal/limit"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/telemetry"
+	"github.com/bunqueue/bunqueue/internal/txtimeout"
 )
 
 // outcome of one item of a batch.
@@ -27,22 +31,22 @@ const (
 // of the queue), runs their handlers, re-checks that the rows they
 // processed left the queue, settles each row's outcome and commits. With
 // a RateLimit it claims no more rows than tk has left.
-func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []engine.Key, tk *tokens) engine.Result {
-	limit, keys, _ = fit(tk, limit, keys)
-	b := &claimTx[T]{q: q, s: s, limit: limit, keys: keys, prep: s != nil && q.prepares, tk: tk}
+func (q *Queue[T]) tryBatch(ctx context.Context, s *claimconn.Session, limit int, keys []engine.Key, tk *limit.Tokens) engine.Result {
+	limit, keys, _ = Fit(tk, limit, keys)
+	b := &claimTx[T]{q: q, s: s, limit: limit, keys: keys, prep: s != nil && q.Prepares, tk: tk}
 	defer b.end()
 	// Under a GlobalLimit (or a RateLimit kept in the transaction) the
 	// batch's span starts once the transaction holds a slot, so that a
 	// worker waiting for one leaves no trace per look; else before BEGIN,
 	// so that the whole transaction is in it.
-	if q.slots == nil && !q.rate.InClaim() {
-		ctx, b.span = q.client.tel.StartBatch(ctx, q.name)
+	if q.Slots == nil && !q.Rate.InClaim() {
+		ctx, b.span = q.Env.Tel.StartBatch(ctx, q.Name)
 	}
 	if !b.begin(ctx) || !b.takeSlot(ctx) || !b.takeTokensInTx(ctx) {
 		return b.res
 	}
 	if b.span == nil {
-		ctx, b.span = q.client.tel.StartBatch(ctx, q.name)
+		ctx, b.span = q.Env.Tel.StartBatch(ctx, q.Name)
 	}
 	if !b.claim(ctx) || !b.takeKeySlots(ctx) || !b.takeRateTokens(ctx) || !b.holdTokens(ctx) ||
 		!b.run(ctx) || !b.recheck(ctx) || !b.undo(ctx) {
@@ -58,18 +62,18 @@ func (q *Queue[T]) tryBatch(ctx context.Context, s *session, limit int, keys []e
 // the path goes on; one that ends it has said why in res.
 type claimTx[T any] struct {
 	q     *Queue[T]
-	s     *session     // the worker's session; nil: on the pool
-	limit int          // with keys nil: the most rows to claim at the head
-	keys  []engine.Key // the rows to claim, as the feed read them
-	prep  bool         // prepared statements serve the workers, from Start to Stop
+	s     *claimconn.Session // the worker's session; nil: on the pool
+	limit int                // with keys nil: the most rows to claim at the head
+	keys  []engine.Key       // the rows to claim, as the feed read them
+	prep  bool               // prepared statements serve the workers, from Start to Stop
 
-	span      trace.Span  // the batch's span
-	spans     []*itemSpan // the items' spans
-	began     time.Time   // before BEGIN: the claim's duration starts here
+	span      trace.Span        // the batch's span
+	spans     []*telemetry.Item // the items' spans
+	began     time.Time         // before BEGIN: the claim's duration starts here
 	tx        bun.Tx
 	open      bool // tx has not ended: end rolls it back
 	sessionID sqldialect.TxSession
-	sp        *savepoints // takes each handler's savepoint before its first statement
+	sp        *claimconn.Savepoints // takes each handler's savepoint before its first statement
 
 	items []T
 	held  []engine.Key // the rows' keys as claimed: a handler may change its model's key
@@ -84,14 +88,14 @@ type claimTx[T any] struct {
 	rekeyed        []string // the key column a row's handler set in SQL only, or ""
 	undoneFrom     int      // after the re-check: the first row undone, or -1
 
-	keySlots []string // the keys whose KeyLimit slots the transaction holds
-	tk       *tokens  // the RateLimit's slots taken for the batch, nil without one
+	keySlots []string      // the keys whose KeyLimit slots the transaction holds
+	tk       *limit.Tokens // the RateLimit's slots taken for the batch, nil without one
 	// keepTokens: the KeyRate's slots were taken in the transaction
 	// (SQLite): each row runs in a savepoint, so that a failure keeps them.
 	keepTokens bool
 
 	succeeded []string // the ids of the rows whose handlers succeeded
-	completed []*T     // those rows, for q.complete
+	completed []*T     // those rows, for q.Complete
 	res       engine.Result
 }
 
@@ -103,12 +107,12 @@ func (b *claimTx[T]) end() {
 		_ = b.tx.Rollback()
 	}
 	if len(b.keySlots) > 0 {
-		b.q.keyLimit.Freed(b.keySlots)
+		b.q.KeyLimit.Freed(b.keySlots)
 	}
-	tel := b.q.client.tel
+	tel := b.q.Env.Tel
 	for _, it := range b.spans {
 		if b.res.Err != nil {
-			it.Outcome = outcomeReleased
+			it.Outcome = telemetry.OutcomeReleased
 			if it.Err == nil {
 				it.Err = b.res.Err
 			}
@@ -126,27 +130,27 @@ func (b *claimTx[T]) end() {
 func (b *claimTx[T]) begin(ctx context.Context) bool {
 	q := b.q
 	b.began = time.Now()
-	tx, sp, err := b.s.Begin(ctx, q.client.claimDB)
+	tx, sp, err := b.s.Begin(ctx, q.Env.ClaimDB)
 	if err != nil {
-		b.res.Err = fmt.Errorf("bunqueue: queue %q: begin: %w", q.name, err)
+		b.res.Err = fmt.Errorf("bunqueue: queue %q: begin: %w", q.Name, err)
 		return false
 	}
 	b.tx, b.sp, b.open = tx, sp, true
 	if b.sessionID, err = q.sessionID(ctx, b.s, tx); err != nil {
-		b.res.Err = fmt.Errorf("bunqueue: queue %q: %w", q.name, err)
+		b.res.Err = fmt.Errorf("bunqueue: queue %q: %w", q.Name, err)
 		return false
 	}
 	return true
 }
 
 // takeSlot locks a slot of the queue's GlobalLimit, if it has one, for
-// the transaction's duration; the path ends with errLimited if every
+// the transaction's duration; the path ends with limit.ErrLimited if every
 // slot is held.
 func (b *claimTx[T]) takeSlot(ctx context.Context) bool {
-	if b.q.slots == nil {
+	if b.q.Slots == nil {
 		return true
 	}
-	if _, err := b.q.slots.Take(ctx, b.tx); err != nil {
+	if _, err := b.q.Slots.Take(ctx, b.tx); err != nil {
 		b.res.Err = err
 		return false
 	}
@@ -162,7 +166,7 @@ func (b *claimTx[T]) lose() {
 		b.s.End()
 	}
 	for _, it := range b.spans {
-		it.Outcome = outcomeReleased
+		it.Outcome = telemetry.OutcomeReleased
 	}
 }
 
@@ -172,17 +176,17 @@ func (b *claimTx[T]) lose() {
 // claimed.
 func (b *claimTx[T]) claim(ctx context.Context) bool {
 	q := b.q
-	items, err := q.claim(ctx, b.tx, b.prep, b.limit, b.keys)
+	items, err := q.Claim(ctx, b.tx, b.prep, b.limit, b.keys)
 	if err != nil {
-		b.res.Err = fmt.Errorf("bunqueue: queue %q: claim: %w", q.name, err)
-		if len(b.keys) == 1 && q.client.dialect.ClientSide(err) {
+		b.res.Err = fmt.Errorf("bunqueue: queue %q: claim: %w", q.Name, err)
+		if len(b.keys) == 1 && q.Env.Dialect.ClientSide(err) {
 			// The row cannot be loaded into the model (a value that does
 			// not fit it): its failure, not the batch's.
 			b.res.Err = nil
 			k := b.keys[0]
-			b.res.ItemErrs = append(b.res.ItemErrs, &ItemError{Queue: q.name, Key: k.ID,
+			b.res.ItemErrs = append(b.res.ItemErrs, &ItemError{Queue: q.Name, Key: k.ID,
 				Err:      fmt.Errorf("the row cannot be loaded into the model: %w", err),
-				Cooldown: q.cool.Add(k.ID, k.Vals, time.Now())})
+				Cooldown: q.Cool.Add(k.ID, k.Vals, time.Now())})
 		}
 		return false
 	}
@@ -193,7 +197,7 @@ func (b *claimTx[T]) claim(ctx context.Context) bool {
 	for i, k := range b.held {
 		b.res.Got[i] = k.ID
 	}
-	q.client.tel.Claimed(ctx, b.span, q.name, len(items), b.began)
+	q.Env.Tel.Claimed(ctx, b.span, q.Name, len(items), b.began)
 	return len(items) > 0
 }
 
@@ -206,13 +210,13 @@ func (b *claimTx[T]) claim(ctx context.Context) bool {
 // taken before the first statement of its handler (see savepoints).
 // A lone row without OnError needs none: a failure rolls back it all.
 func (b *claimTx[T]) run(ctx context.Context) bool {
-	b.withSavepoints = len(b.items) > 1 || b.q.cfg.OnError != nil || b.keepTokens
+	b.withSavepoints = len(b.items) > 1 || b.q.OnError != nil || b.keepTokens
 	b.tk.Use(len(b.items)) // they all start, unless the batch ends first
 	b.outcomes = make([]outcome, len(b.items))
 	b.causes = make([]error, len(b.items))
 	b.taken = make([]bool, len(b.items))
 	b.rekeyed = make([]string, len(b.items))
-	if b.q.batch != nil && len(b.items) > 1 {
+	if b.q.Batch != nil && len(b.items) > 1 {
 		if !b.runWhole(ctx) {
 			return false
 		}
@@ -240,7 +244,7 @@ func (b *claimTx[T]) runWhole(ctx context.Context) bool {
 	for i := range b.rekeyed {
 		b.rekeyed[i] = rk.changed()
 	}
-	if errors.As(b.res.Err, new(*lostTxError)) {
+	if errors.As(b.res.Err, new(*txtimeout.LostError)) {
 		b.lose()
 		b.span.AddEvent("the batch handler timed out and its transaction was lost: running its rows one by one")
 		b.q.endLost(ctx, b.sessionID, b.held)
@@ -264,8 +268,8 @@ func (b *claimTx[T]) runItem(ctx context.Context, i int) bool {
 	b.sp.Stmts.Start()
 	began := time.Now()
 	herr := q.callUnderTimeout(hctx, tx, func(ctx context.Context) error {
-		return q.hooks.run(ctx, func() *WorkInfo { return q.workInfo(&b.items[i]) },
-			func() error { return q.handler(ctx, tx, &b.items[i]) })
+		return q.Hooks(ctx, func() Info { return q.workInfo(&b.items[i]) },
+			func() error { return q.Handler(ctx, tx, &b.items[i]) })
 	})
 	b.res.Work += b.sp.Stmts.Work(time.Since(began))
 	b.rekeyed[i] = rk.changed()
@@ -284,9 +288,9 @@ func (b *claimTx[T]) runItem(ctx context.Context, i int) bool {
 // own; a deadlock, or a stop, ends the batch; a lone row without
 // savepoints rolls back the transaction; else the item's writes are
 // undone to its savepoint and OnError, if set, may record the failure.
-func (b *claimTx[T]) itemFailed(ctx context.Context, i int, it *itemSpan, claimed *T, herr error) bool {
+func (b *claimTx[T]) itemFailed(ctx context.Context, i int, it *telemetry.Item, claimed *T, herr error) bool {
 	q := b.q
-	if errors.As(herr, new(*lostTxError)) {
+	if errors.As(herr, new(*txtimeout.LostError)) {
 		b.lose()
 		ie := q.failLost(ctx, b.sessionID, []T{*claimed}, herr)[0].(*ItemError)
 		if ie.Recorded {
@@ -295,25 +299,25 @@ func (b *claimTx[T]) itemFailed(ctx context.Context, i int, it *itemSpan, claime
 		b.res.ItemErrs = append(b.res.ItemErrs, ie)
 		return false
 	}
-	if q.client.dialect.Retryable(herr) || ctx.Err() != nil {
+	if q.Env.Dialect.Retryable(herr) || ctx.Err() != nil {
 		// The server may have rolled back the whole transaction
 		// (deadlock), or we are stopping: retry or release the batch.
-		b.res.Err = fmt.Errorf("bunqueue: queue %q: handler: %w", q.name, herr)
+		b.res.Err = fmt.Errorf("bunqueue: queue %q: handler: %w", q.Name, herr)
 		return false
 	}
 	if !b.withSavepoints {
 		_ = b.tx.Rollback()
 		b.open = false // nothing left to roll back
-		it.Outcome = outcomeReleased
+		it.Outcome = telemetry.OutcomeReleased
 		k := b.held[i]
-		b.res.ItemErrs = append(b.res.ItemErrs, &ItemError{Queue: q.name, Key: k.ID, Err: herr, Cooldown: q.cool.Add(k.ID, k.Vals, time.Now())})
+		b.res.ItemErrs = append(b.res.ItemErrs, &ItemError{Queue: q.Name, Key: k.ID, Err: herr, Cooldown: q.Cool.Add(k.ID, k.Vals, time.Now())})
 		return false
 	}
 	if !b.rollbackItem(ctx, i) {
 		return false
 	}
 	b.outcomes[i], b.causes[i] = released, herr
-	if q.cfg.OnError == nil {
+	if q.OnError == nil {
 		return true
 	}
 	return b.onError(ctx, i, claimed, herr)
@@ -337,7 +341,7 @@ func (b *claimTx[T]) disarmSavepoint(i int) bool {
 	taken, err := b.sp.Disarm()
 	b.taken[i] = taken
 	if err != nil {
-		b.res.Err = fmt.Errorf("bunqueue: queue %q: %w", b.q.name, err)
+		b.res.Err = fmt.Errorf("bunqueue: queue %q: %w", b.q.Name, err)
 		return false
 	}
 	return true
@@ -364,14 +368,14 @@ func (b *claimTx[T]) onError(ctx context.Context, i int, claimed *T, herr error)
 	b.armSavepoint(i)
 	b.sp.Stmts.Start()
 	began := time.Now()
-	oerr := callApp(ctx, func() error { return q.cfg.OnError(ctx, b.tx, claimed, herr) })
+	oerr := q.Env.CallApp(ctx, func() error { return q.OnError(ctx, b.tx, claimed, herr) })
 	b.res.Work += b.sp.Stmts.Work(time.Since(began))
 	if !b.disarmSavepoint(i) {
 		return false
 	}
 	if oerr != nil {
-		if q.client.dialect.Retryable(oerr) || ctx.Err() != nil {
-			b.res.Err = fmt.Errorf("bunqueue: queue %q: OnError: %w", q.name, oerr)
+		if q.Env.Dialect.Retryable(oerr) || ctx.Err() != nil {
+			b.res.Err = fmt.Errorf("bunqueue: queue %q: OnError: %w", q.Name, oerr)
 			return false
 		}
 		if !b.rollbackItem(ctx, i) {
@@ -400,7 +404,7 @@ func (b *claimTx[T]) recheck(ctx context.Context) bool {
 	for i := range b.items {
 		// Gone under the key it was claimed with, but the handler gave
 		// it another, in SQL only: perhaps still queued under that.
-		if _, id := b.q.key(&b.items[i]); b.rekeyed[i] != "" && id == b.held[i].ID && !still[i] && b.outcomes[i] == succeeded {
+		if _, id := b.q.Key(&b.items[i]); b.rekeyed[i] != "" && id == b.held[i].ID && !still[i] && b.outcomes[i] == succeeded {
 			still[i] = true
 		} else {
 			b.rekeyed[i] = ""
@@ -471,9 +475,9 @@ func (b *claimTx[T]) settle() {
 	for i := range b.items {
 		id := b.res.Got[i]
 		undone := b.undoneFrom >= 0 && i >= b.undoneFrom
-		ie := &ItemError{Queue: q.name, Key: id, Err: b.causes[i]}
+		ie := &ItemError{Queue: q.Name, Key: id, Err: b.causes[i]}
 		it := b.spans[i]
-		it.Outcome = outcomeReleased
+		it.Outcome = telemetry.OutcomeReleased
 		switch {
 		case b.outcomes[i] == succeeded && b.still[i] && b.rekeyed[i] != "":
 			ie.Err = q.keyChangedError(b.rekeyed[i])
@@ -484,7 +488,7 @@ func (b *claimTx[T]) settle() {
 		case b.outcomes[i] == succeeded && undone:
 			continue // undone with a row before it; back in the queue as it was
 		case b.outcomes[i] == succeeded:
-			it.Outcome = outcomeCompleted
+			it.Outcome = telemetry.OutcomeCompleted
 			b.succeeded = append(b.succeeded, id)
 			b.completed = append(b.completed, &b.items[i])
 			continue
@@ -496,34 +500,34 @@ func (b *claimTx[T]) settle() {
 		case b.outcomes[i] == recorded && !undone:
 			ie.Recorded = true
 			ie.Err = fmt.Errorf("%w (recorded by OnError, but the row still matches the queue query)", b.causes[i])
-			it.Outcome = outcomeFailed
+			it.Outcome = telemetry.OutcomeFailed
 		}
-		ie.Cooldown = q.cool.Add(id, b.held[i].Vals, now)
+		ie.Cooldown = q.Cool.Add(id, b.held[i].Vals, now)
 		b.res.ItemErrs = append(b.res.ItemErrs, ie)
 	}
 }
 
 // commit takes the completed rows out of the queue where the queue does
-// that itself (q.complete), commits, and forgets the cooldowns of the
+// that itself (q.Complete), commits, and forgets the cooldowns of the
 // rows that succeeded.
 func (b *claimTx[T]) commit(ctx context.Context) {
 	q := b.q
-	if q.complete != nil && len(b.completed) > 0 && b.open {
-		if err := q.complete(ctx, b.tx, b.prep, b.completed); err != nil {
-			b.res.Err = fmt.Errorf("bunqueue: queue %q: complete: %w", q.name, err)
+	if q.Complete != nil && len(b.completed) > 0 && b.open {
+		if err := q.Complete(ctx, b.tx, b.prep, b.completed); err != nil {
+			b.res.Err = fmt.Errorf("bunqueue: queue %q: complete: %w", q.Name, err)
 			return
 		}
 	}
 	if b.open {
 		if err := b.tx.Commit(); err != nil {
 			b.open = false // database/sql has ended the transaction either way
-			b.res.Err = fmt.Errorf("bunqueue: queue %q: commit: %w", q.name, err)
+			b.res.Err = fmt.Errorf("bunqueue: queue %q: commit: %w", q.Name, err)
 			return
 		}
 		b.open = false
 	}
 	for _, id := range b.succeeded {
-		q.cool.Forget(id)
+		q.Cool.Forget(id)
 	}
 	b.res.Done = len(b.succeeded)
 }

@@ -1,4 +1,4 @@
-package bunqueue
+package claim
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/uptrace/bun"
 
+	"github.com/bunqueue/bunqueue/internal/backoff"
+	"github.com/bunqueue/bunqueue/internal/claimconn"
 	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
 	"github.com/bunqueue/bunqueue/internal/txtimeout"
@@ -18,40 +20,36 @@ import (
 // session to be unlocked.
 const recordWait = 3 * time.Second
 
-// lostTxError is a handler's error after which its transaction is gone
-// (see txtimeout.LostError).
-type lostTxError = txtimeout.LostError
-
 // callUnderTimeout runs a handler call, fn, with the queue's Timeout on its
-// context, and returns a *lostTxError if the timeout took tx with it (see
+// context, and returns a *txtimeout.LostError if the timeout took tx with it (see
 // txtimeout.Call).
 func (q *Queue[T]) callUnderTimeout(ctx context.Context, tx bun.Tx, fn func(ctx context.Context) error) error {
-	return txtimeout.Call(ctx, q.cfg.Timeout, func(ctx context.Context) bool { return q.client.dialect.TxLost(ctx, tx) }, fn)
+	return txtimeout.Call(ctx, q.Timeout, func(ctx context.Context) bool { return q.Env.Dialect.TxLost(ctx, tx) }, fn)
 }
 
 // endLost cools down the rows of keys, whose claim transaction was lost to
-// a handler's timeout (see lostTxError), in this process, then ends the
+// a handler's timeout (see txtimeout.LostError), in this process, then ends the
 // server session that held them, if it still runs their transaction, so
 // that a statement still running there lets go of their locks. The cooldown keeps this process's other workers
 // from taking the rows before their failures are recorded. It returns
 // each row's cooldown.
 func (q *Queue[T]) endLost(ctx context.Context, session sqldialect.TxSession, keys []engine.Key) []time.Duration {
-	c := q.client
+	c := q.Env
 	now := time.Now()
 	cooldowns := make([]time.Duration, len(keys))
 	for i, k := range keys {
-		cooldowns[i] = q.cool.Add(k.ID, k.Vals, now)
+		cooldowns[i] = q.Cool.Add(k.ID, k.Vals, now)
 	}
-	log := c.cfg.Logger.With("queue", q.name)
+	log := c.Logger.With("queue", q.Name)
 	if !session.Known() {
-		if c.dialect.SkipLocked() != "" { // the server has row locks
+		if c.Dialect.SkipLocked() != "" { // the server has row locks
 			log.WarnContext(ctx, "bunqueue: a handler timed out in a statement; its session is not known, so it could not be ended, and holds its rows until the statement ends")
 		}
 		return cooldowns
 	}
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), FinishTimeout)
 	defer cancel()
-	if err := c.dialect.EndTxSession(fctx, c.db, session); err != nil {
+	if err := c.Dialect.EndTxSession(fctx, c.DB, session); err != nil {
 		log.WarnContext(ctx, "bunqueue: end the session of a timed-out handler", "session", session.ID, "error", err)
 	}
 	return cooldowns
@@ -64,20 +62,20 @@ func (q *Queue[T]) endLost(ctx context.Context, session sqldialect.TxSession, ke
 // down in this process. It returns an *ItemError per item.
 func (q *Queue[T]) failLost(ctx context.Context, session sqldialect.TxSession, items []T, cause error) []error {
 	cooldowns := q.endLost(ctx, session, q.keys(items))
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finishTimeout)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), FinishTimeout)
 	defer cancel()
 	errs := make([]error, len(items))
 	for i := range items {
-		key, id := q.key(&items[i])
-		ie := &ItemError{Queue: q.name, Key: id, Err: cause, Cooldown: cooldowns[i]}
-		if q.cfg.OnError != nil {
+		key, id := q.Key(&items[i])
+		ie := &ItemError{Queue: q.Name, Key: id, Err: cause, Cooldown: cooldowns[i]}
+		if q.OnError != nil {
 			recorded, err := q.recordApart(fctx, engine.Key{Vals: key, ID: id}, cause)
 			if err != nil {
 				ie.Err = fmt.Errorf("%w; recording the failure apart failed: %w", cause, err)
 			}
 			if recorded {
 				ie.Recorded, ie.Cooldown = true, 0
-				q.cool.Forget(id)
+				q.Cool.Forget(id)
 			}
 		}
 		errs[i] = ie
@@ -94,34 +92,34 @@ func (q *Queue[T]) failLost(ctx context.Context, session sqldialect.TxSession, i
 // returns, once its statement notices: a row still locked is tried again
 // for up to recordWait, then taken to be another worker's.
 func (q *Queue[T]) recordApart(ctx context.Context, key engine.Key, cause error) (bool, error) {
-	c := q.client
+	c := q.Env
 	done := false
 	began := time.Now()
-	err := c.retry(ctx, func() error {
+	err := c.Retry(ctx, func() error {
 		done = false
-		return c.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) error {
+		return c.DB.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) error {
 			rows := make([]T, 0, 1)
 			for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
-				sel := q.onlyKeys(q.apply(tx.NewSelect().Model(&rows)), []engine.Key{key}).Limit(1)
-				if err := sqldialect.Locking(sel, c.dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
+				sel := q.onlyKeys(q.Apply(tx.NewSelect().Model(&rows)), []engine.Key{key}).Limit(1)
+				if err := sqldialect.Locking(sel, c.Dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
 					return err
 				}
 				if len(rows) > 0 {
 					break
 				}
 				// Locked, or out of the queue: a plain read tells which.
-				n, err := q.onlyKeys(q.apply(tx.NewSelect().Model((*T)(nil))), []engine.Key{key}).Count(ctx)
+				n, err := q.onlyKeys(q.Apply(tx.NewSelect().Model((*T)(nil))), []engine.Key{key}).Count(ctx)
 				if err != nil {
 					return err
 				}
-				if n == 0 || time.Since(began) > recordWait || !sleep(ctx, wait) {
+				if n == 0 || time.Since(began) > recordWait || !backoff.Sleep(ctx, wait) {
 					break
 				}
 			}
 			if len(rows) == 0 {
 				return nil // done by another worker, or held by one
 			}
-			if err := callApp(ctx, func() error { return q.cfg.OnError(ctx, tx, &rows[0], cause) }); err != nil {
+			if err := q.Env.CallApp(ctx, func() error { return q.OnError(ctx, tx, &rows[0], cause) }); err != nil {
 				return fmt.Errorf("OnError: %w", err)
 			}
 			still, err := q.stillQueued(ctx, tx, false, rows, []engine.Key{key}, []outcome{recorded})
@@ -142,11 +140,11 @@ func (q *Queue[T]) recordApart(ctx context.Context, key engine.Key, cause error)
 // in transaction mode runs each transaction of a connection on whichever
 // server session is free: an id read once would name a session that
 // another client (another application's transaction) may be using.
-func (q *Queue[T]) sessionID(ctx context.Context, s *session, tx bun.Tx) (sqldialect.TxSession, error) {
-	if q.cfg.Timeout == 0 {
+func (q *Queue[T]) sessionID(ctx context.Context, s *claimconn.Session, tx bun.Tx) (sqldialect.TxSession, error) {
+	if q.Timeout == 0 {
 		return sqldialect.TxSession{}, nil
 	}
-	id, err := q.client.dialect.TxSession(ctx, tx)
+	id, err := q.Env.Dialect.TxSession(ctx, tx)
 	if err != nil {
 		return sqldialect.TxSession{}, fmt.Errorf("read the session id: %w", err)
 	}
@@ -154,8 +152,8 @@ func (q *Queue[T]) sessionID(ctx context.Context, s *session, tx bun.Tx) (sqldia
 	return id, nil
 }
 
-// withTimeout is context.WithTimeout, or WithCancel when d is zero.
-func withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+// WithTimeout is context.WithTimeout, or WithCancel when d is zero.
+func WithTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	if d > 0 {
 		return context.WithTimeout(ctx, d)
 	}
