@@ -1,13 +1,20 @@
-// Package wake reads SQL statements for the wake-up query hook: whether
-// a statement is an INSERT, a REPLACE or an UPDATE, and which tables it
-// writes, read from the start of its text; and the pieces of that
-// reading that other readers of an UPDATE share (its table references,
-// a WITH clause, identifiers).
+// Package wake is the wake-up query hook of the root package's
+// Client.QueryHook, and its reading of SQL statements.
 //
-// It reads MySQL's syntax, which also covers what bun writes for
-// PostgreSQL and SQLite at the start of a write (names in "double
-// quotes" are read as identifiers). It reads through internal/sqltoken,
-// allocates nothing of its own, and calls nothing else.
+// The hook (Hook) wakes a sleeping worker of each queue over a table
+// that a statement written through the app's DB changed (Watch, Target):
+// at once, or when the transaction it ran in commits; and it ends the
+// send span of an Enqueue through a bun.Tx with that transaction
+// (PendingSend). It is safe for concurrent use, never blocks and starts
+// no goroutines.
+//
+// Its reading (Targets) tells whether a statement is an INSERT, a
+// REPLACE or an UPDATE, and which tables it writes, read from the start
+// of its text; other readers of an UPDATE share pieces of it (its table
+// references, a WITH clause, identifiers). It reads MySQL's syntax,
+// which also covers what bun writes for PostgreSQL and SQLite at the
+// start of a write (names in "double quotes" are read as identifiers).
+// It reads through internal/sqltoken and allocates nothing of its own.
 package wake
 
 import (
@@ -38,7 +45,7 @@ type Table struct{ Schema, Name string }
 // UPDATE, every table named in its table references (before SET). It
 // skips comments, a leading WITH clause and modifiers such as IGNORE, and
 // reads quoted and schema-qualified names ("name" too, as under
-// ANSI_QUOTES and on PostgreSQL). It returns notWrite for any other
+// ANSI_QUOTES and on PostgreSQL). It returns NotWrite for any other
 // statement.
 func Targets(query string, refs []Table) (Op, []Table) {
 	s := sqltoken.NewScanner(query, sqltoken.MySQL)
