@@ -17,6 +17,7 @@ import (
 	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/idle"
 	"github.com/bunqueue/bunqueue/internal/jobsql"
+	"github.com/bunqueue/bunqueue/internal/lease"
 	"github.com/bunqueue/bunqueue/internal/prepared"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
 	"github.com/bunqueue/bunqueue/internal/telemetry"
@@ -51,8 +52,10 @@ type Client struct {
 	// stmts are the statements prepared for the workers; nil with
 	// Config.NoPreparedStatements, or where the dialect prepares none.
 	stmts *prepared.Cache
-	// claims is what the queues' claims need of the client (claim.Env).
+	// claims and leases are what the queues' claims and the lease-mode
+	// queues need of the client (claim.Env, lease.Env).
 	claims *claim.Env
+	leases *lease.Env
 
 	idle     *idle.Watcher          // the queues whose feeds wait for work, probed together
 	watching atomic.Pointer[watch]  // set by Start: the runners QueryHook wakes, by table
@@ -97,6 +100,7 @@ func NewClient(db *bun.DB, cfg *Config) (*Client, error) {
 		client.stmts = prepared.New(db.DB, client.prepareFailed)
 	}
 	client.claims = client.claimEnv()
+	client.leases = client.leaseEnv()
 	return client, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/bunqueue/bunqueue/internal/jobsql"
 	"github.com/uptrace/bun"
 )
 
@@ -141,43 +142,5 @@ func (m JobMode) String() string {
 	return fmt.Sprintf("JobMode(%d)", int(m))
 }
 
-// jobRow is a row of bunqueue_jobs.
-type jobRow struct {
-	bun.BaseModel `bun:"table:bunqueue_jobs,alias:j"`
-
-	ID          int64 `bun:",pk,autoincrement"`
-	Queue       string
-	Kind        string
-	Args        []byte
-	Metadata    []byte
-	Priority    int
-	State       int
-	Attempts    int
-	MaxAttempts int
-	RunAt       time.Time
-	CreatedAt   time.Time
-	CompletedAt *time.Time
-	LastError   *string
-	UniqueKey   *string
-	LimitKey    *string // for the queue's KeyLimit
-	LeaseToken  *string
-	// TraceContext is the carrier of the span that enqueued the job.
-	TraceContext []byte
-	// WaitedUS is what a claim read of the job's wait, in microseconds
-	// on the database clock (jobsql.SQL.WaitColumn), and claimedAt when
-	// that claim's statement ran, on this process's clock (see
-	// jobRow.waited).
-	WaitedUS  int64 `bun:"waited_us,scanonly"`
-	claimedAt time.Time
-}
-
-// waited is how long the job had been due when its worker starts it, now:
-// its wait at the claim, read on the database clock, plus the time since
-// the claim, on this process's monotonic clock, so that no two clocks are
-// compared. ok is false for a row that no claim read.
-func (r *jobRow) waited() (d time.Duration, ok bool) {
-	if r.claimedAt.IsZero() {
-		return 0, false
-	}
-	return max(0, time.Duration(r.WaitedUS)*time.Microsecond+time.Since(r.claimedAt)), true
-}
+// jobRow is a row of bunqueue_jobs (see jobsql.Row).
+type jobRow = jobsql.Row

@@ -12,6 +12,7 @@ import (
 	"github.com/bunqueue/bunqueue/internal/claim"
 	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/jobsql"
+	"github.com/bunqueue/bunqueue/internal/lease"
 )
 
 // jobSQL returns the statements on the jobs tables of the client's
@@ -33,11 +34,12 @@ func (c *Client) jobRunner(name string, qc JobQueueConfig) *runner {
 	if qc.Mode == ModeLease {
 		// For its claims, which leave out the full keys, and its rates.
 		claims := &QueueConfig[jobRow]{KeyColumn: keyColumn(qc), KeyLimit: qc.KeyLimit, RateLimit: qc.RateLimit, KeyRate: qc.KeyRate}
-		l := &leaseRunner{c: c, queue: name, cfg: qc, hooks: h, jobs: jobsQueue(c, name, leaseHandler, claims).eng, slots: c.newSlots(name, qc.GlobalLimit)}
+		l := &lease.Runner{Queue: name, Jobs: jobsQueue(c, name, leaseHandler, claims).eng, Slots: c.newSlots(name, qc.GlobalLimit),
+			Lease: qc.Lease, Timeout: qc.Timeout, KeyRatePer: qc.KeyRate.Per, Run: c.runLeased(h), Env: c.leases}
 		return &runner{
 			Queue: engine.Queue{Name: name, Settings: engine.Settings{Workers: limitedWorkers(qc.Workers, qc.GlobalLimit), Batch: qc.BatchSize, SelfSized: qc.selfSized, Poll: qc.PollInterval},
-				Wake: make(chan struct{}, 1), PerKey: perKey(l.jobs.KeyLimit), Work: l},
-			slots: l.slots, keys: l.jobs.KeyLimit, rate: l.jobs.Rate, keyRate: l.jobs.KeyRate, jobs: true,
+				Wake: make(chan struct{}, 1), PerKey: perKey(l.Jobs.KeyLimit), Work: l},
+			slots: l.Slots, keys: l.Jobs.KeyLimit, rate: l.Jobs.Rate, keyRate: l.Jobs.KeyRate, jobs: true,
 		}
 	}
 	q := jobsQueue(c, name,
@@ -110,7 +112,7 @@ func jobsQueue(c *Client, name string, handler HandlerFunc[jobRow], cfg *QueueCo
 	q.eng.ClaimColumn = c.jobSQL().WaitColumn()
 	q.eng.Claimed = func(rows []jobRow, at time.Time) {
 		for i := range rows {
-			rows[i].claimedAt = at
+			rows[i].ClaimedAt = at
 		}
 	}
 	return q
@@ -147,7 +149,7 @@ func (c *Client) runLocked(ctx context.Context, tx bun.Tx, row *jobRow, h hooks)
 	c.startedJob(ctx, row)
 	ctx = withOutput(ctx, &jobOutput{c: c, id: row.ID, tx: tx})
 	run := c.kinds[row.Kind]
-	return h.run(ctx, func() *WorkInfo { return row.workInfo(row.Attempts + 1) }, func() error {
+	return h.run(ctx, func() *WorkInfo { return jobWorkInfo(row, row.Attempts+1) }, func() error {
 		if run == nil {
 			return errNoWorker(row.Kind)
 		}
@@ -155,11 +157,46 @@ func (c *Client) runLocked(ctx context.Context, tx bun.Tx, row *jobRow, h hooks)
 	})
 }
 
+// runLeased returns the Run of a lease-mode queue whose hooks are h: it
+// runs a leased job's worker (see lease.Runner.Run).
+func (c *Client) runLeased(h hooks) func(ctx context.Context, row *jobRow) ([]byte, error) {
+	return func(ctx context.Context, row *jobRow) ([]byte, error) {
+		out := &jobOutput{c: c, id: row.ID}
+		ctx = withOutput(ctx, out)
+		run := c.kinds[row.Kind]
+		c.startedJob(ctx, row)
+		err := h.run(ctx, func() *WorkInfo { return jobWorkInfo(row, row.Attempts) }, func() error {
+			if run == nil {
+				return errNoWorker(row.Kind)
+			}
+			return run(ctx, c.db, row, row.Attempts)
+		})
+		return out.recorded(), err
+	}
+}
+
+// leaseEnv is what the lease-mode queues need of the client (see
+// lease.Env).
+func (c *Client) leaseEnv() *lease.Env {
+	return &lease.Env{
+		DB: c.db, Dialect: c.dialect, SQL: c.jobSQL(), Tel: c.tel, Logger: c.cfg.Logger,
+		Retry: c.retry, Finisher: c.finisher, Fail: c.failJob, Outcome: failOutcome,
+		Attrs: func(row *jobRow, attempt int) []attribute.KeyValue {
+			return []attribute.KeyValue{AttrKind.String(row.Kind), AttrAttempt.Int(attempt)}
+		},
+		Finished: c.finishedJob, BatchTarget: BatchTarget,
+		Report: func(f *lease.Failure) error {
+			return &ItemError{Queue: f.Queue, Key: fmt.Sprintf("id=%d", f.ID), Err: f.Err, Recorded: f.Recorded,
+				job: &jobFate{id: f.ID, kind: f.Kind, attempt: f.Attempt, maxAttempts: f.MaxAttempts, outcome: f.Outcome, after: f.After, stopped: f.Stopped}}
+		},
+	}
+}
+
 func errNoWorker(kind string) error {
 	return fmt.Errorf("bunqueue: no worker for kind %q in this process: register one with AddWorker; the job is retried until MaxAttempts", kind)
 }
 
-// workInfo describes a job to the lifecycle hooks.
-func (r *jobRow) workInfo(attempt int) *WorkInfo {
+// jobWorkInfo describes a job to the lifecycle hooks.
+func jobWorkInfo(r *jobRow, attempt int) *WorkInfo {
 	return &WorkInfo{Queue: r.Queue, Key: fmt.Sprintf("id=%d", r.ID), JobID: r.ID, Kind: r.Kind, Attempt: attempt}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"reflect"
 
-	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/schema"
 
 	"github.com/bunqueue/bunqueue/internal/claim"
@@ -60,26 +59,4 @@ func checkKeys(ctx context.Context, k *claim.KeyLimit) error {
 		return nil
 	}
 	return k.Check(ctx)
-}
-
-// takeKeySlots takes, in the lease transaction tx, one slot per key among
-// rows, and returns the rows that may be leased, and the slots to lease
-// with them.
-func (l *leaseRunner) takeKeySlots(ctx context.Context, tx bun.Tx, rows []jobRow) ([]jobRow, []heldSlot, error) {
-	run, held, err := l.jobs.KeyLimit.TakeSlots(ctx, tx, len(rows), func(i int) (string, any, bool) { return l.jobs.KeyOf(&rows[i]) })
-	if err != nil {
-		return nil, nil, err
-	}
-	return keepRows(rows, run), held, nil
-}
-
-// keepRows returns the rows of rows that may run, in place.
-func keepRows(rows []jobRow, run []bool) []jobRow {
-	kept := rows[:0]
-	for i := range rows {
-		if run[i] {
-			kept = append(kept, rows[i])
-		}
-	}
-	return kept
 }

@@ -1,11 +1,9 @@
 package bunqueue
 
 import (
-	"context"
 	"fmt"
 	"time"
 
-	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/schema"
 
 	"github.com/bunqueue/bunqueue/internal/claim"
@@ -89,19 +87,4 @@ func newKeyRate[T any](c *Client, queue string, cfg QueueConfig[T], table *schem
 		return nil
 	}
 	return c.newKeySlots(queue, table.FieldMap[cfg.KeyColumn].Name, slotsql.Rate, cfg.KeyRate.N)
-}
-
-// takeRateTokens takes, in the lease transaction tx, the KeyRate's slots
-// of rows, if the queue has a KeyRate, and returns the rows that may be
-// leased.
-func (l *leaseRunner) takeRateTokens(ctx context.Context, tx bun.Tx, rows []jobRow) ([]jobRow, error) {
-	k := l.jobs.KeyRate
-	if k == nil || len(rows) == 0 {
-		return rows, nil
-	}
-	run, err := k.TakeTokens(ctx, tx, l.cfg.KeyRate.Per, len(rows), func(i int) (string, any, bool) { return l.jobs.KeyOf(&rows[i]) })
-	if err != nil {
-		return nil, err
-	}
-	return keepRows(rows, run), nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/bunqueue/bunqueue/internal/claim"
 	"github.com/bunqueue/bunqueue/internal/engine"
+	"github.com/bunqueue/bunqueue/internal/lease"
 	"github.com/bunqueue/bunqueue/internal/slotsql"
 )
 
@@ -19,7 +20,7 @@ import (
 // are claimed and processed in one transaction, lock mode), a jobs
 // queue's in lock mode (the same, over the jobs table, wrapped in
 // notingFates, which notes each failed job's fate for the worker's log
-// line), or a jobs queue's in lease mode (leaseRunner: a short
+// line), or a jobs queue's in lease mode (lease.Runner: a short
 // transaction leases the jobs, which run outside it).
 type runner struct {
 	engine.Queue
@@ -47,7 +48,7 @@ type runner struct {
 
 var (
 	_ engine.Work = (*claim.Queue[jobRow])(nil)
-	_ engine.Work = (*leaseRunner)(nil)
+	_ engine.Work = (*lease.Runner)(nil)
 )
 
 // perKey is the number of slots per key of k, a KeyLimit, for the feed;

@@ -61,7 +61,7 @@ func (c *Client) History(queue string) QueueHistory {
 // histogram, the start of the job of row, now, with its wait before
 // start.
 func (c *Client) startedJob(ctx context.Context, row *jobRow) {
-	if d, ok := row.waited(); ok {
+	if d, ok := row.Waited(); ok {
 		c.counts.Started(row.Queue, d, time.Now())
 		c.tel.RecordWait(ctx, row.Queue, d)
 	}

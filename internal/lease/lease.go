@@ -1,8 +1,14 @@
-// Package lease keeps a lease-mode batch's leases alive while its jobs
-// wait and run: every Lease/3 it extends them, notices the jobs whose
-// lease another worker took over, and cancels the running job when its
-// lease is lost or about to end unextended. It calls nothing of the
-// engine but the Extender it is given, which holds the SQL.
+// Package lease runs a jobs queue in lease mode (Runner): a short
+// transaction claims and leases a batch of jobs, which then run outside
+// any transaction; each is completed, failed or released through the
+// finisher only while its lease is still the worker's, and quick ones
+// are completed together (complete.go).
+//
+// Its Keeper keeps a batch's leases alive while its jobs wait and run:
+// every Lease/3 it extends them, notices the jobs whose lease another
+// worker took over, and cancels the running job when its lease is lost
+// or about to end unextended. The Keeper calls nothing of the runner but
+// the Extender it is given, which holds the SQL.
 package lease
 
 import (

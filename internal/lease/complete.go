@@ -1,4 +1,4 @@
-package bunqueue
+package lease
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/bunqueue/bunqueue/internal/claim"
 	"github.com/bunqueue/bunqueue/internal/engine"
-	"github.com/bunqueue/bunqueue/internal/lease"
+	"github.com/bunqueue/bunqueue/internal/telemetry"
 	"github.com/uptrace/bun"
 )
 
@@ -26,8 +26,8 @@ import (
 // leaseCompletions are the jobs of a lease-mode batch that succeeded and
 // wait to be completed together.
 type leaseCompletions struct {
-	l      *leaseRunner
-	keeper *lease.Keeper
+	l      *Runner
+	keeper *Keeper
 	token  string
 
 	jobs  []*leasedJob
@@ -43,7 +43,7 @@ type leaseCompletions struct {
 func (d *leaseCompletions) takes(took time.Duration) bool {
 	d.ran++
 	d.worked += took
-	return d.worked/time.Duration(d.ran) < BatchTarget/4
+	return d.worked/time.Duration(d.ran) < d.l.Env.BatchTarget/4
 }
 
 // add keeps j, which succeeded, until flush; end ends its spans.
@@ -57,7 +57,7 @@ func (d *leaseCompletions) add(j *leasedJob, end func(ierr error)) {
 
 // due reports whether the first waiting job has waited BatchTarget.
 func (d *leaseCompletions) due() bool {
-	return len(d.jobs) > 0 && time.Since(d.since) >= BatchTarget
+	return len(d.jobs) > 0 && time.Since(d.since) >= d.l.Env.BatchTarget
 }
 
 // flush completes the waiting jobs that are still leased with the
@@ -77,7 +77,7 @@ func (d *leaseCompletions) flush(ctx context.Context, res *engine.Result) {
 		case err != nil:
 			ierr = j.failure(fmt.Errorf("bunqueue: finishing the job failed (its lease will expire and it will run again): %w", err))
 		case ours[j.row.ID]:
-			j.it.Outcome = outcomeCompleted
+			j.it.Outcome = telemetry.OutcomeCompleted
 		default:
 			ierr = j.leaseGone(lost, nil)
 		}
@@ -90,20 +90,20 @@ func (d *leaseCompletions) flush(ctx context.Context, res *engine.Result) {
 // token, with the outputs their workers recorded, in one transaction; it
 // returns their ids.
 func (d *leaseCompletions) complete(ctx context.Context) (map[int64]bool, error) {
-	c := d.l.c
+	c := d.l.Env
 	ids := make([]int64, len(d.jobs))
 	outputs := map[int64][]byte{}
 	for i, j := range d.jobs {
 		ids[i] = j.row.ID
-		if out := j.output.recorded(); out != nil {
+		if out := j.output; out != nil {
 			outputs[j.row.ID] = out
 		}
 	}
 	ours := map[int64]bool{}
-	err := c.retry(ctx, func() error {
+	err := c.Retry(ctx, func() error {
 		clear(ours)
-		return c.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) error {
-			held, err := c.finisher().CompleteLeased(ctx, tx, ids, d.token, outputs)
+		return c.DB.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) error {
+			held, err := c.Finisher().CompleteLeased(ctx, tx, ids, d.token, outputs)
 			for _, id := range held {
 				ours[id] = true
 			}
