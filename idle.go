@@ -11,7 +11,7 @@ import (
 // pauses are set.
 func (c *Client) newIdleWatch() *idle.Watcher {
 	cfg := idle.Config{DB: c.db, Logger: c.cfg.Logger, Contain: contain}
-	if p := c.pauses.Load(); p != nil && p.on {
+	if p := c.pauses.Load(); p != nil && p.On() {
 		cfg.Flags = p
 	}
 	return idle.New(cfg)

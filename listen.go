@@ -2,17 +2,12 @@ package bunqueue
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/uptrace/bun"
 	"github.com/uptrace/bun/dialect"
 
-	"github.com/bunqueue/bunqueue/internal/backoff"
-	"github.com/bunqueue/bunqueue/internal/migrate"
+	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/signal"
 )
 
@@ -26,9 +21,9 @@ import (
 // Client.Notify) and what was sent while the listener was down.
 //
 // Within the package, other features may send and receive signals of
-// their own kinds (internal/signal): c.subscribe(kind, fn) receives them,
-// c.signal(ctx, db, msg) sends one in db's transaction, and
-// c.sig.hub.Listening() tells whether they are being received.
+// their own kinds (internal/signal): c.sig.Subscribe(kind, fn) receives
+// them, c.sig.Send(ctx, db, msg) sends one in db's transaction, and
+// c.sig.Listening() tells whether they are being received.
 
 // Listener receives the notifications of a PostgreSQL channel, for
 // Config.Listener. The module github.com/bunqueue/bunqueue/pgxlisten
@@ -54,22 +49,9 @@ func (f ListenerFunc) Listen(ctx context.Context, channel string, listening func
 	return f(ctx, channel, listening, notified)
 }
 
-// Waits between two calls of a Listener that failed: from listenRetryMin,
-// doubling to listenRetryMax.
-const (
-	listenRetryMin = 100 * time.Millisecond
-	listenRetryMax = 5 * time.Second
-)
-
 // signaling is a client's side of the signals: the channel, once known,
-// and the subscribers of what it receives.
-type signaling struct {
-	hub signal.Hub
-	out outbox // signals to send in the background (notify.go)
-
-	mu      sync.Mutex
-	channel string // "" until resolved
-}
+// and the subscribers of what it receives (internal/signal).
+type signaling = signal.Signals
 
 // checkListener refuses a Listener on a server that has no notifications.
 func checkListener(db *bun.DB, cfg Config) error {
@@ -82,42 +64,13 @@ func checkListener(db *bun.DB, cfg Config) error {
 // notifies reports whether the client's server carries signals.
 func (c *Client) notifies() bool { return c.db.Dialect().Name() == dialect.PG }
 
-// channel returns the client's channel, resolved once through db: the
-// schema where the jobs table is found (or, if there is none, the first
-// of the search_path), so that the apps of several schemas of one
-// database do not wake each other.
-func (c *Client) channel(ctx context.Context, db bun.IDB) (string, error) {
-	c.sig.mu.Lock()
-	ch := c.sig.channel
-	c.sig.mu.Unlock()
-	if ch != "" {
-		return ch, nil
-	}
-	schema, err := signal.Schema(ctx, db, migrate.JobsTable)
-	if err != nil {
-		return "", fmt.Errorf("bunqueue: read the schema of the notification channel: %w", err)
-	}
-	ch = signal.Channel(schema, migrate.JobsTable)
-	c.sig.mu.Lock()
-	c.sig.channel = ch
-	c.sig.mu.Unlock()
-	return ch, nil
-}
-
-// subscribe calls fn with each signal of kind that the client's Listener
-// receives, from now on until the returned function is called; see
-// signal.Hub.Subscribe.
-func (c *Client) subscribe(kind string, fn func(signal.Message)) (unsubscribe func()) {
-	return c.sig.hub.Subscribe(kind, fn)
-}
-
 // prepareListening resolves the channel at Start, if the client listens,
 // so that a server that cannot tell it fails Start.
 func (c *Client) prepareListening(ctx context.Context) error {
 	if c.cfg.Listener == nil {
 		return nil
 	}
-	_, err := c.channel(ctx, c.db)
+	_, err := c.sig.Channel(ctx, c.db)
 	return err
 }
 
@@ -128,99 +81,22 @@ func (c *Client) startListening(ctx context.Context, runners []*runner) {
 	if c.cfg.Listener == nil {
 		return
 	}
-	rows, jobs := map[string][]*runner{}, map[string][]*runner{}
+	var rows, jobs []*engine.Queue
 	for i, r := range runners {
 		if i < len(c.queues) {
-			rows[r.Name] = append(rows[r.Name], r)
+			rows = append(rows, &r.Queue)
 		} else {
-			jobs[r.Name] = append(jobs[r.Name], r)
+			jobs = append(jobs, &r.Queue)
 		}
 	}
-	c.subscribe(signal.KindJobs, wakeNamed(jobs))
-	c.subscribe(signal.KindRows, wakeNamed(rows))
-	c.subscribe(signal.KindPause, c.pauseSignal(true))
-	c.subscribe(signal.KindResume, c.pauseSignal(false))
+	c.sig.Wake(signal.KindJobs, jobs)
+	c.sig.Wake(signal.KindRows, rows)
+	c.sig.Subscribe(signal.KindPause, c.pauses.Load().Signal(true))
+	c.sig.Subscribe(signal.KindResume, c.pauses.Load().Signal(false))
+	env := signal.ListenEnv{DB: c.db, Listener: c.cfg.Listener, Logger: c.cfg.Logger, Contain: contain, Stopping: c.stopping}
 	c.workers.Add(1)
-	go c.listen(ctx)
-}
-
-// wakeNamed returns a subscriber that wakes the runners of the queue a
-// signal names, or all of them for a signal that names none.
-func wakeNamed(byName map[string][]*runner) func(signal.Message) {
-	return func(m signal.Message) {
-		if m.Queue != "" {
-			for _, r := range byName[m.Queue] {
-				r.Poke()
-			}
-			return
-		}
-		for _, rs := range byName {
-			for _, r := range rs {
-				r.Poke()
-			}
-		}
-	}
-}
-
-// listen runs the client's Listener until Stop, calling it again after
-// each failure. The first failure of an outage is a warning, and the end
-// of the outage a line at INFO; the failures between are at DEBUG.
-func (c *Client) listen(ctx context.Context) {
-	defer c.workers.Done()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	go func() {
-		select {
-		case <-c.stopping:
-			cancel()
-		case <-ctx.Done():
-		}
+		defer c.workers.Done()
+		c.sig.Listen(ctx, env)
 	}()
-	log := c.cfg.Logger
-	hub := &c.sig.hub
-	ch, _ := c.channel(ctx, c.db) // resolved by Start
-	failures := 0
-	for {
-		var began atomic.Bool
-		outage := failures // read by listening, which may run on the Listener's goroutine
-		listening := func() {
-			began.Store(true)
-			if outage > 0 {
-				log.InfoContext(ctx, "bunqueue: listening for notifications again", "channel", ch, "failures", outage)
-			}
-			hub.Began()
-		}
-		notified := func(payload string) {
-			if err := hub.Deliver(payload); err != nil {
-				log.DebugContext(ctx, "bunqueue: a notification bunqueue cannot read", "channel", ch, "error", err)
-			}
-		}
-		// The Listener is the app's code: a panic in it is its failure.
-		err := contain(ctx, func() error { return c.cfg.Listener.Listen(ctx, ch, listening, notified) })
-		hub.Ended()
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil {
-			err = errors.New("Listen returned before its context ended")
-		}
-		if began.Load() {
-			failures = 0
-		}
-		failures++
-		wait := backoff.Jitter(backoff.Exponential(failures, listenRetryMin, listenRetryMax), 0.2)
-		if failures == 1 {
-			log.WarnContext(ctx, "bunqueue: listening for notifications failed: workers find other processes' jobs by polling every PollInterval until it is back",
-				"channel", ch, "error", err, "retry_in", wait)
-		} else {
-			log.DebugContext(ctx, "bunqueue: listening for notifications failed again", "channel", ch, "error", err, "retry_in", wait)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/uptrace/bun"
@@ -43,7 +42,7 @@ func (c *Client) Notify(ctx context.Context, db bun.IDB, queue string) error {
 	if !c.notifies() {
 		return nil
 	}
-	if err := c.signal(ctx, db, signal.Message{Kind: signal.KindRows, Queue: queue}); err != nil {
+	if err := c.sig.Send(ctx, db, signal.Message{Kind: signal.KindRows, Queue: queue}); err != nil {
 		return fmt.Errorf("bunqueue: Notify %s: %w", queue, err)
 	}
 	return nil
@@ -54,7 +53,7 @@ func (c *Client) Notify(ctx context.Context, db bun.IDB, queue string) error {
 // due), unless none was inserted (skipped), enqueue notifications are
 // off or the server has none:
 //   - through a *bun.DB, whose insert has committed, from the pool in the
-//     background (sendLater): Enqueue does not wait for it;
+//     background (signal.Signals.SendLater): Enqueue does not wait for it;
 //   - through a transaction that the QueryHook follows (the ctx of
 //     RunInTx on a hooked DB), from the pool once it has committed, and
 //     not at all if it rolls back;
@@ -91,87 +90,18 @@ func (c *Client) notifyEnqueued(ctx context.Context, db bun.IDB, jobs []EnqueueP
 		return nil
 	}
 	if _, plain := db.(*bun.DB); plain {
-		c.sendLater(msgs)
+		c.sig.SendLater(c.db, c.cfg.Logger, msgs)
 		return nil
 	}
 	if holdSend(ctx, func(end sendEnd) {
 		if !end.rolledBack { // a failed COMMIT may have committed
-			c.sendLater(msgs)
+			c.sig.SendLater(c.db, c.cfg.Logger, msgs)
 		}
 	}) {
 		return nil
 	}
-	if err := c.signal(ctx, db, msgs...); err != nil {
+	if err := c.sig.Send(ctx, db, msgs...); err != nil {
 		return fmt.Errorf("bunqueue: enqueue: notify the workers: %w", err)
 	}
 	return nil
-}
-
-// sendTimeout bounds a background send of signals.
-const sendTimeout = 10 * time.Second
-
-// outbox holds the signals waiting to be sent in the background, and
-// whether a goroutine is sending them.
-type outbox struct {
-	mu      sync.Mutex
-	pending []signal.Message
-	sending bool
-	failing bool // the last send failed, and was logged
-}
-
-// sendLater sends msgs from the pool, in the background: one goroutine
-// at a time, which sends all that came while it sent the last, as one
-// statement, and ends when none is left (so a client that is never
-// started or stopped leaves none behind). A signal not yet sent when the
-// process exits is lost, as a wake-up: polling finds the jobs.
-func (c *Client) sendLater(msgs []signal.Message) {
-	o := &c.sig.out
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for _, m := range msgs {
-		if !slices.Contains(o.pending, m) {
-			o.pending = append(o.pending, m)
-		}
-	}
-	if !o.sending {
-		o.sending = true
-		go c.sendPending()
-	}
-}
-
-// sendPending sends the outbox's signals until it is empty.
-func (c *Client) sendPending() {
-	o := &c.sig.out
-	for {
-		o.mu.Lock()
-		msgs := o.pending
-		o.pending = nil
-		if len(msgs) == 0 {
-			o.sending = false
-			o.mu.Unlock()
-			return
-		}
-		o.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
-		err := c.signal(ctx, c.db, msgs...)
-		cancel()
-		switch {
-		case err != nil && !o.failing:
-			c.cfg.Logger.Warn("bunqueue: the jobs were enqueued, but notifying other processes failed: their workers find them when they poll", "error", err)
-		case err != nil:
-			c.cfg.Logger.Debug("bunqueue: notifying other processes failed again", "error", err)
-		}
-		o.failing = err != nil
-	}
-}
-
-// signal sends msgs through db, in one statement: within a transaction
-// they are delivered when it commits (once each, however often they were
-// sent in it), and never if it rolls back.
-func (c *Client) signal(ctx context.Context, db bun.IDB, msgs ...signal.Message) error {
-	ch, err := c.channel(ctx, db)
-	if err != nil {
-		return err
-	}
-	return signal.Send(ctx, db, ch, msgs...)
 }

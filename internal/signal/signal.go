@@ -11,6 +11,12 @@
 // The package holds the SQL of the signals that runs through bun: the
 // statement that sends (Send) and the read of the channel's schema
 // (Schema). Listening is the Listener's, on a connection of its own.
+//
+// Signals is a client's side of them: its channel, the Hub of what its
+// Listener receives (Listen runs the Listener until the client stops,
+// calling it again after failures), the wake-ups of the queues that
+// signals name (Wake), and the signals sent from the pool in the
+// background (SendLater).
 package signal
 
 import (
