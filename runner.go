@@ -26,7 +26,7 @@ type runner struct {
 	engine.Queue
 
 	table *schema.Table // nil for a jobs queue in lease mode
-	// byPrimary, set by Start, tells runBatch that the model's primary
+	// byPrimary, set by Start, tells the claims that the model's primary
 	// key is the table's, so that claims may force the PRIMARY index.
 	byPrimary *bool
 	// checkQuery, if set, runs a claim that locks nothing, so that Start

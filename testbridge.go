@@ -56,7 +56,7 @@ func (c *Client) workJob(ctx context.Context, id int64) (testbridge.Result, erro
 	return c.workResult(ctx, &row, res)
 }
 
-// workResult is what became of the job of row, which runBatch ran with
+// workResult is what became of the job of row, which RunBatch ran with
 // the result res.
 func (c *Client) workResult(ctx context.Context, row *jobRow, res engine.Result) (testbridge.Result, error) {
 	attempt := row.Attempts + 1

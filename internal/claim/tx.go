@@ -26,7 +26,7 @@ const (
 	released                 // handler failed, nothing recorded: row goes back
 )
 
-// tryBatch runs one claim transaction of q, once (runBatch retries it):
+// tryBatch runs one claim transaction of q, once (RunBatch retries it):
 // it claims the rows of keys (with keys nil: up to limit rows at the head
 // of the queue), runs their handlers, re-checks that the rows they
 // processed left the queue, settles each row's outcome and commits. With
@@ -170,7 +170,7 @@ func (b *claimTx[T]) lose() {
 	}
 }
 
-// claim locks the rows (see Queue.claim) and keeps their keys as
+// claim locks the rows (see Queue.Claim) and keeps their keys as
 // claimed. A lone key whose row cannot be loaded into the model is that
 // row's failure, not the batch's. The path ends here if nothing was
 // claimed.
