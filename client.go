@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/bunqueue/bunqueue/internal/claim"
+	"github.com/bunqueue/bunqueue/internal/claimconn"
 	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/idle"
 	"github.com/bunqueue/bunqueue/internal/jobsql"
@@ -467,7 +468,7 @@ func tableSchema(db *bun.DB, t *schema.Table) string {
 // endSession ends the server session of s's last transaction, if it was
 // read (queues with a Timeout) and still runs that transaction, from
 // another connection.
-func (c *Client) endSession(ctx context.Context, s *session) {
+func (c *Client) endSession(ctx context.Context, s *claimconn.Session) {
 	id := s.TxSession()
 	if !id.Known() {
 		return

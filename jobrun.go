@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/bunqueue/bunqueue/internal/claim"
+	"github.com/bunqueue/bunqueue/internal/claimconn"
 	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/jobsql"
 	"github.com/bunqueue/bunqueue/internal/lease"
@@ -93,7 +94,7 @@ func keyColumn(qc JobQueueConfig) string {
 // log line.
 type notingFates struct{ engine.Work }
 
-func (e notingFates) RunBatch(ctx context.Context, s *session, limit int, keys []engine.Key) engine.Result {
+func (e notingFates) RunBatch(ctx context.Context, s *claimconn.Session, limit int, keys []engine.Key) engine.Result {
 	ctx, fates := withJobFates(ctx)
 	res := e.Work.RunBatch(ctx, s, limit, keys)
 	fates.attach(res.ItemErrs)

@@ -10,18 +10,9 @@ import (
 // it has slots (internal/limit keeps them). A process runs at most
 // GlobalLimit workers of the queue.
 
-// errLimited is the outcome of a batch that found every slot of its
-// queue's GlobalLimit held (or none of its RateLimit free): nothing was
-// claimed, and the worker waits before it tries again. It is not a
-// failure.
-var errLimited = limit.ErrLimited
-
-// slots is the global concurrency limit of one queue.
-type slots = limit.Global
-
 // newSlots returns the slots of queue's limit of n, or nil if n is zero:
 // a queue without a limit runs no statement on the slots table.
-func (c *Client) newSlots(queue string, n int) *slots {
+func (c *Client) newSlots(queue string, n int) *limit.Global {
 	return limit.NewGlobal(c.dialect, c.db, queue, n)
 }
 

@@ -63,16 +63,9 @@ func (r Rate) check() error {
 // whatever becomes of the item; a batch claims no more items than it got
 // slots, and gives back those it did not use.
 
-// rateLimit is the RateLimit of one queue.
-type rateLimit = limit.Rate
-
-// tokens are the slots of a queue's RateLimit that one batch took; nil
-// without a RateLimit.
-type tokens = limit.Tokens
-
 // newRate returns queue's rate limit of r, or nil if r is zero: a queue
 // without one runs no statement on the slots table for it.
-func (c *Client) newRate(queue string, r Rate) *rateLimit {
+func (c *Client) newRate(queue string, r Rate) *limit.Rate {
 	if !r.on() {
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/bunqueue/bunqueue/internal/claim"
 	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/lease"
+	"github.com/bunqueue/bunqueue/internal/limit"
 	"github.com/bunqueue/bunqueue/internal/slotsql"
 )
 
@@ -34,11 +35,11 @@ type runner struct {
 	checkQuery func(ctx context.Context) error
 	// slots are the queue's GlobalLimit, nil without one (limit.go);
 	// keys its KeyLimit (keylimit.go).
-	slots *slots
+	slots *limit.Global
 	keys  *claim.KeyLimit
 	// rate is the queue's RateLimit, nil without one; keyRate its KeyRate
 	// (ratelimit.go).
-	rate    *rateLimit
+	rate    *limit.Rate
 	keyRate *claim.KeyLimit
 	// limits are the queue's limits as configured, for Stats.
 	limits queueLimits

@@ -34,9 +34,6 @@ const (
 	outcomeReleased  = telemetry.OutcomeReleased
 )
 
-// itemSpan is the span of one item, with its outcome and error.
-type itemSpan = telemetry.Item
-
 // newTelemetry returns the telemetry of cfg's providers.
 func newTelemetry(cfg Config) (*telemetry.Telemetry, error) {
 	return telemetry.New(telemetry.Config{
