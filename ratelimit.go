@@ -23,10 +23,14 @@ import (
 //
 //	bunqueue.QueueConfig[Email]{KeyColumn: "domain", KeyRate: bunqueue.Rate{N: 5, Per: time.Second}}
 //
-// The window slides: every item started counts for Per from its start,
-// so no burst goes beyond N. A start counts whatever becomes of the item:
-// a handler that fails and rolls back has started (its email may have
-// gone out), and a row or job that runs again is another start.
+// The window slides: every item started counts for Per from the start
+// of its handler (or job worker), so no burst goes beyond N. A start
+// counts whatever becomes of the item: a handler that fails and rolls
+// back has started (its email may have gone out), and a row or job that
+// runs again is another start. Each of the N slots serves one start per
+// Per, plus the time from its take to the handler's start and a
+// millisecond: a queue kept at its limit reaches a little less than N
+// per Per (docs/control.md says how much).
 //
 // N is at most RateMaxN; Per is at least a millisecond.
 type Rate struct {

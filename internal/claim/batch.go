@@ -30,7 +30,7 @@ func (q *Queue[T]) RunBatch(ctx context.Context, s *claimconn.Session, limit int
 	if err != nil {
 		return engine.Result{Err: err}
 	}
-	defer tk.GiveBack(ctx, q.Env.Logger)
+	defer tk.Settle(ctx, q.Env.Logger)
 	limit, keys, untried := Fit(tk, limit, keys)
 	var res engine.Result
 	_ = q.Env.Retry(ctx, func() error {
@@ -234,7 +234,7 @@ func (q *Queue[T]) stillQueued(ctx context.Context, tx bun.Tx, prep bool, items 
 	}
 	var probe []engine.Key
 	for i := range items {
-		if outcomes[i] == released {
+		if outcomes[i] == released || outcomes[i] == skipped {
 			continue
 		}
 		probe = append(probe, held[i])
@@ -247,7 +247,7 @@ func (q *Queue[T]) stillQueued(ctx context.Context, tx bun.Tx, prep bool, items 
 		return nil, fmt.Errorf("bunqueue: queue %q: re-check that processed rows left the queue: %w", q.Name, err)
 	}
 	for i := range items {
-		if outcomes[i] != released {
+		if outcomes[i] != released && outcomes[i] != skipped {
 			_, id := q.Key(&items[i])
 			still[i] = found[held[i].ID] || found[id]
 		}

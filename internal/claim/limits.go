@@ -3,12 +3,14 @@ package claim
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"github.com/uptrace/bun"
 	"time"
 
 	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/limit"
 	"github.com/bunqueue/bunqueue/internal/slotsql"
+	"github.com/bunqueue/bunqueue/internal/telemetry"
 )
 
 // keyLimit is one queue's KeyLimit (or KeyRate): n slots of kind per
@@ -65,11 +67,17 @@ func (b *claimTx[T]) keep(run []bool) bool {
 	for i := range b.items {
 		if run[i] {
 			b.items[n], b.held[n], b.res.Got[n] = b.items[i], b.held[i], b.res.Got[i]
+			if b.keyCovers != nil {
+				b.keyCovers[n] = b.keyCovers[i]
+			}
 			n++
 		}
 	}
 	b.res.LeftOut += len(b.items) - n
 	b.items, b.held, b.res.Got = b.items[:n], b.held[:n], b.res.Got[:n]
+	if b.keyCovers != nil {
+		b.keyCovers = b.keyCovers[:n]
+	}
 	return n > 0
 }
 
@@ -104,14 +112,67 @@ func (b *claimTx[T]) takeRateTokens(ctx context.Context) bool {
 	if q.KeyRate == nil {
 		return true
 	}
-	run, inTx, err := q.KeyRate.TakeTokensForClaim(ctx, b.tx, q.KeyRatePer, len(b.items),
+	run, covers, inTx, err := q.KeyRate.TakeTokensForClaim(ctx, b.tx, q.KeyRatePer, len(b.items),
 		func(i int) (string, any, bool) { return q.KeyOf(&b.items[i]) })
 	if err != nil {
 		b.res.Err = err
 		return false
 	}
+	b.keyCovers = covers
 	b.keepTokens = b.keepTokens || inTx
 	return b.keep(run)
+}
+
+// start reports whether item i may start now: its rate slots (the
+// RateLimit's next one, its key's KeyRate one) cover a start now, or
+// could be extended to (see limit.Cover). An item that may not is
+// skipped: it goes back to its queue as it was. An error ends the path.
+// Where the slots were taken in the claim transaction (SQLite), an
+// extension runs there, before the row's savepoint.
+func (b *claimTx[T]) start(ctx context.Context, i int) bool {
+	if b.tk == nil && b.keyCovers == nil {
+		return true
+	}
+	ok, err := b.tk.Start(ctx, b.tx)
+	at := b.tk.Started()
+	if ok && b.keyCovers != nil {
+		db := bun.IDB(b.q.Env.DB)
+		if b.keepTokens {
+			db = b.tx
+		}
+		ok, err = b.keyCovers[i].Start(ctx, db)
+		if at.IsZero() {
+			at = b.keyCovers[i].Started()
+		}
+	}
+	if err != nil {
+		b.res.Err = fmt.Errorf("bunqueue: queue %q: extending a rate slot: %w", b.q.Name, err)
+		return false
+	}
+	if !ok {
+		b.outcomes[i] = skipped
+	} else if !at.IsZero() && i < len(b.spans) {
+		telemetry.RateStarted(b.spans[i].Ctx, at)
+	}
+	return ok
+}
+
+// startAll starts the rows of a batch handler's call: those that may not
+// start now (see start) are left out of the batch. The path ends here if
+// none is left.
+func (b *claimTx[T]) startAll(ctx context.Context) bool {
+	if b.tk == nil && b.keyCovers == nil {
+		return true
+	}
+	run := make([]bool, len(b.items))
+	for i := range b.items {
+		if run[i] = b.start(ctx, i); b.res.Err != nil {
+			return false
+		}
+	}
+	ok := b.keep(run)
+	b.outcomes = make([]outcome, len(b.items)) // the rows left all start
+	return ok
 }
 
 // takeTokensInTx takes, on SQLite, the RateLimit's slots in the claim

@@ -24,6 +24,7 @@ const (
 	succeeded outcome = iota // handler returned nil
 	recorded                 // handler failed, OnError recorded it
 	released                 // handler failed, nothing recorded: row goes back
+	skipped                  // not started: no rate slot covered it (see start)
 )
 
 // tryBatch runs one claim transaction of q, once (RunBatch retries it):
@@ -34,7 +35,7 @@ const (
 func (q *Queue[T]) tryBatch(ctx context.Context, s *claimconn.Session, limit int, keys []engine.Key, tk *limit.Tokens) engine.Result {
 	limit, keys, _ = Fit(tk, limit, keys)
 	b := &claimTx[T]{q: q, s: s, limit: limit, keys: keys, prep: s != nil && q.Prepares, tk: tk}
-	defer b.end()
+	defer b.end(ctx)
 	// Under a GlobalLimit (or a RateLimit kept in the transaction) the
 	// batch's span starts once the transaction holds a slot, so that a
 	// worker waiting for one leaves no trace per look; else before BEGIN,
@@ -90,6 +91,9 @@ type claimTx[T any] struct {
 
 	keySlots []string      // the keys whose KeyLimit slots the transaction holds
 	tk       *limit.Tokens // the RateLimit's slots taken for the batch, nil without one
+	// keyCovers are the KeyRate's slots of the rows, by row (a nil one
+	// for a row without a key); nil without a KeyRate.
+	keyCovers []*limit.Cover
 	// keepTokens: the KeyRate's slots were taken in the transaction
 	// (SQLite): each row runs in a savepoint, so that a failure keeps them.
 	keepTokens bool
@@ -99,15 +103,20 @@ type claimTx[T any] struct {
 	res       engine.Result
 }
 
-// end rolls back the transaction if it is still open, and ends the
+// end rolls back the transaction if it is still open, settles the
+// KeyRate slots of its rows (see limit.Settle; not those it took itself,
+// on SQLite), and ends the
 // spans. A batch that did not commit leaves every row as it was: each
 // item's span says so.
-func (b *claimTx[T]) end() {
+func (b *claimTx[T]) end(ctx context.Context) {
 	if b.open {
 		_ = b.tx.Rollback()
 	}
 	if len(b.keySlots) > 0 {
 		b.q.KeyLimit.Freed(b.keySlots)
+	}
+	if !b.keepTokens {
+		limit.Settle(ctx, b.q.Env.Logger, b.q.Env.DB, b.keyCovers)
 	}
 	tel := b.q.Env.Tel
 	for _, it := range b.spans {
@@ -211,13 +220,12 @@ func (b *claimTx[T]) claim(ctx context.Context) bool {
 // A lone row without OnError needs none: a failure rolls back it all.
 func (b *claimTx[T]) run(ctx context.Context) bool {
 	b.withSavepoints = len(b.items) > 1 || b.q.OnError != nil || b.keepTokens
-	b.tk.Use(len(b.items)) // they all start, unless the batch ends first
 	b.outcomes = make([]outcome, len(b.items))
 	b.causes = make([]error, len(b.items))
 	b.taken = make([]bool, len(b.items))
 	b.rekeyed = make([]string, len(b.items))
 	if b.q.Batch != nil && len(b.items) > 1 {
-		if !b.runWhole(ctx) {
+		if !b.startAll(ctx) || !b.runWhole(ctx) {
 			return false
 		}
 		if b.whole {
@@ -259,10 +267,13 @@ func (b *claimTx[T]) runWhole(ctx context.Context) bool {
 // under its span and the queue's hooks.
 func (b *claimTx[T]) runItem(ctx context.Context, i int) bool {
 	q := b.q
-	b.armSavepoint(i)
 	claimed := b.items[i] // as claimed: OnError sees the row before the handler's changes
 	it := q.startItemSpan(ctx, b.span, &b.items[i], len(b.items))
 	b.spans = append(b.spans, it)
+	if !b.start(ctx, i) {
+		return b.res.Err == nil // not started: back in the queue as it was
+	}
+	b.armSavepoint(i)
 	tx := b.tx
 	hctx, rk := q.watchRekey(it.Ctx)
 	b.sp.Stmts.Start()
@@ -479,6 +490,8 @@ func (b *claimTx[T]) settle() {
 		it := b.spans[i]
 		it.Outcome = telemetry.OutcomeReleased
 		switch {
+		case b.outcomes[i] == skipped:
+			continue // not started: back in the queue as it was
 		case b.outcomes[i] == succeeded && b.still[i] && b.rekeyed[i] != "":
 			ie.Err = q.keyChangedError(b.rekeyed[i])
 			it.Err = ie.Err

@@ -127,18 +127,17 @@ func (l *Runner) Explain() (*bun.SelectQuery, *schema.Table) { return l.Jobs.Exp
 // connection while it runs.
 func (l *Runner) RunBatch(ctx context.Context, _ *claimconn.Session, most int, keys []engine.Key) engine.Result {
 	var res engine.Result
-	var rows []jobsql.Row
-	var token string
+	var b leased
 	var claimed time.Time
-	var held []limit.Held
 	began := time.Now()
 	err := l.Env.Retry(ctx, func() (err error) {
 		// Taken before the claim's UPDATE sets the leases from the database
 		// clock: they end no earlier than claimed + Lease.
 		claimed = time.Now()
-		rows, token, held, err = l.claim(ctx, most, keys, &res)
+		b, err = l.claim(ctx, most, keys, &res)
 		return err
 	})
+	rows, token, held := b.rows, b.token, b.held
 	if errors.Is(err, limit.ErrLimited) {
 		res.Err = err
 		return res
@@ -158,6 +157,7 @@ func (l *Runner) RunBatch(ctx context.Context, _ *claimconn.Session, most int, k
 	if len(held) > 0 {
 		defer l.freeSlots(ctx, held, token) // after the keeper stops
 	}
+	defer l.settle(ctx, b.starts)
 	keeper := l.keeper(rows, token, claimed, held)
 	go keeper.Run(ctx)
 	defer keeper.Stop()
@@ -166,7 +166,7 @@ func (l *Runner) RunBatch(ctx context.Context, _ *claimconn.Session, most int, k
 		if done.due() {
 			done.flush(ctx, &res)
 		}
-		l.runOne(ctx, keeper, &rows[i], token, &res, done)
+		l.runOne(ctx, keeper, &rows[i], b.starts[i], token, &res, done)
 	}
 	done.flush(ctx, &res)
 	return res
@@ -174,70 +174,118 @@ func (l *Runner) RunBatch(ctx context.Context, _ *claimconn.Session, most int, k
 
 // claim locks waiting jobs, moves those whose last attempt's lease expired
 // to the failed jobs, and leases the others with a fresh token. With a
-// GlobalLimit it first takes a free slot (limit.ErrLimited if there is none);
-// with a KeyLimit it leases only the jobs whose key has a free slot. It
-// leases the slots with the jobs, and returns them. With a RateLimit it
-// leases no more jobs than it found free slots of it (a *rateWait if
-// none), with a KeyRate only the jobs whose key has one; it holds one per
-// job leased, in the same transaction: a lease that commits has started
-// its jobs.
+// GlobalLimit it first takes a free slot (limit.ErrLimited if there is
+// none); with a KeyLimit it leases only the jobs whose key has a free
+// slot. It leases the slots with the jobs, and returns them. With a
+// RateLimit it leases no more jobs than it found free slots of it (a
+// *limit.RateWait if none), with a KeyRate only the jobs whose key has
+// one; it holds one of each per job leased, in the same transaction, and
+// returns them with the jobs: each job starts under them (see
+// rateSlots), or goes back to its queue.
 //
 // The transaction does not end with ctx: a driver that sends COMMIT under
 // a context that Stop cancels (pgx does) reports an error after the server
 // may have committed, and the jobs would stay leased, not run, until their
 // leases ran out. The caller releases what it claimed if ctx has ended.
-func (l *Runner) claim(ctx context.Context, most int, keys []engine.Key, res *engine.Result) (_ []jobsql.Row, token string, held []limit.Held, _ error) {
+func (l *Runner) claim(ctx context.Context, most int, keys []engine.Key, res *engine.Result) (leased, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claim.FinishTimeout)
 	defer cancel()
 	tx, err := l.Env.DB.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
-		return nil, "", nil, err
+		return leased{}, err
 	}
 	defer func() { _ = tx.Rollback() }()
+	var b leased
 	if l.Slots != nil {
 		slot, err := l.Slots.Take(ctx, tx)
 		if err != nil {
-			return nil, "", nil, err
+			return leased{}, err
 		}
-		held = append(held, slot)
+		b.held = append(b.held, slot)
 	}
 	var rated []int // the RateLimit's slots, one per job that starts
 	if rate := l.Jobs.Rate; rate != nil {
 		if rated, err = rate.Take(ctx, tx, claim.Want(most, keys)); err != nil {
-			return nil, "", nil, err
+			return leased{}, err
 		}
 		most, keys, res.Untried = claim.Fit(rate.Taken(rated), most, keys)
 	}
 	rows, err := l.Jobs.Claim(ctx, tx, l.Jobs.Prepares, most, keys) // from a worker: prepared statements serve it
 	if err != nil {
-		return nil, "", nil, err
+		return leased{}, err
 	}
 	res.Claimed = len(rows)
 	live, expired, err := l.expire(ctx, tx, rows)
 	if err != nil {
-		return nil, "", nil, err
+		return leased{}, err
 	}
 	if l.Jobs.KeyLimit != nil {
 		var keyed []limit.Held
 		if live, keyed, err = l.takeKeySlots(ctx, tx, live); err != nil {
-			return nil, "", nil, err
+			return leased{}, err
 		}
-		held = append(held, keyed...)
+		b.held = append(b.held, keyed...)
 	}
-	if live, err = l.takeRateTokens(ctx, tx, live); err != nil {
-		return nil, "", nil, err
+	var keyCovers []*limit.Cover
+	if live, keyCovers, err = l.takeRateTokens(ctx, tx, live); err != nil {
+		return leased{}, err
 	}
-	token = limit.NewToken()
+	b.rows, b.token = live, limit.NewToken()
 	if len(live) == 0 {
-		held = nil // the transaction's end frees them
-	} else if err := l.lease(ctx, tx, live, token, held, rated); err != nil {
-		return nil, "", nil, err
+		b.held = nil // the transaction's end frees them
+	} else if err := l.lease(ctx, tx, &b, rated, keyCovers); err != nil {
+		return leased{}, err
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, "", nil, err
+		return leased{}, err
 	}
 	res.ItemErrs = append(res.ItemErrs, expired...)
-	return live, token, held, nil
+	return b, nil
+}
+
+// leased is what a lease transaction leased: its jobs, the token of
+// their leases, the slots leased with them, and the rate slots each job
+// is to start under (see rateSlots), by job.
+type leased struct {
+	rows   []jobsql.Row
+	token  string
+	held   []limit.Held
+	starts []rateSlots
+}
+
+// rateSlots are the rate slots a leased job starts under: the
+// RateLimit's and its key's KeyRate one, nil without.
+type rateSlots struct{ rate, key *limit.Cover }
+
+// settle settles the rate slots of a batch's jobs once they have run
+// (see limit.Settle): one statement for the RateLimit's, one per key for
+// the KeyRate's.
+func (l *Runner) settle(ctx context.Context, starts []rateSlots) {
+	var rate, key []*limit.Cover
+	for _, st := range starts {
+		rate, key = append(rate, st.rate), append(key, st.key)
+	}
+	limit.Settle(ctx, l.Env.Logger, l.Env.DB, rate)
+	limit.Settle(ctx, l.Env.Logger, l.Env.DB, key)
+}
+
+// started is when the job's start was counted (the first of its slots'
+// Started), zero without a rate limit.
+func (r rateSlots) started() time.Time {
+	if at := r.rate.Started(); !at.IsZero() {
+		return at
+	}
+	return r.key.Started()
+}
+
+// start reports whether the job may start now under its rate slots (see
+// limit.Cover.Start), extending their holds on db if it comes late.
+func (r rateSlots) start(ctx context.Context, db bun.IDB) (bool, error) {
+	ok, err := r.rate.Start(ctx, db)
+	if ok {
+		ok, err = r.key.Start(ctx, db)
+	}
+	return ok, err
 }
 
 // expire moves the jobs of rows whose last attempt's lease expired to the
@@ -261,33 +309,50 @@ func (l *Runner) expire(ctx context.Context, tx bun.Tx, rows []jobsql.Row) (live
 	return live, expired, nil
 }
 
-// lease leases the jobs of rows and the slots of held, all of which tx
-// locks, to token, and holds one of the RateLimit's slots of rated per
-// job for its Per.
-func (l *Runner) lease(ctx context.Context, tx bun.Tx, rows []jobsql.Row, token string, held []limit.Held, rated []int) error {
-	ids := make([]int64, len(rows))
-	for i := range rows {
-		ids[i] = rows[i].ID
+// lease leases the jobs of b and the slots of b.held, all of which tx
+// locks, to b.token, and holds one of the RateLimit's slots of rated per
+// job; it notes each job's rate slots, with keyCovers, its KeyRate ones
+// (nil without a KeyRate), in b.starts.
+func (l *Runner) lease(ctx context.Context, tx bun.Tx, b *leased, rated []int, keyCovers []*limit.Cover) error {
+	ids := make([]int64, len(b.rows))
+	for i := range b.rows {
+		ids[i] = b.rows[i].ID
 	}
-	if err := l.Env.SQL.Lease(ctx, tx, ids, token, l.Lease); err != nil {
+	if err := l.Env.SQL.Lease(ctx, tx, ids, b.token, l.Lease); err != nil {
 		return err
 	}
-	if err := limit.Lease(ctx, l.Env.Dialect, tx, held, token, l.Lease); err != nil {
+	if err := limit.Lease(ctx, l.Env.Dialect, tx, b.held, b.token, l.Lease); err != nil {
 		return err
+	}
+	b.starts = make([]rateSlots, len(b.rows))
+	for i := range b.starts {
+		if keyCovers != nil {
+			b.starts[i].key = keyCovers[i]
+		}
 	}
 	if rated == nil {
 		return nil
 	}
-	return l.Jobs.Rate.Hold(ctx, tx, rated[:len(rows)], token)
+	took := time.Now()
+	for i := range b.starts {
+		b.starts[i].rate = l.Jobs.Rate.Cover(rated[i], b.token, took)
+	}
+	return l.Jobs.Rate.Hold(ctx, tx, rated[:len(b.rows)], b.token)
 }
 
 // runOne runs one leased job and completes, fails or releases it, if the
 // lease is still this worker's, and records what became of it in res
 // (the time its worker ran in res.work). A job that succeeded among
 // quick ones waits in done to be completed with the others.
-func (l *Runner) runOne(ctx context.Context, keeper *Keeper, row *jobsql.Row, token string, res *engine.Result, done *leaseCompletions) {
+func (l *Runner) runOne(ctx context.Context, keeper *Keeper, row *jobsql.Row, st rateSlots, token string, res *engine.Result, done *leaseCompletions) {
 	j := &leasedJob{l: l, row: row, token: token, fate: failure(l.Queue, row, row.Attempts)}
 	end := j.trace(ctx)
+	if ok, err := st.start(ctx, l.Env.DB); !ok {
+		l.skip(ctx, keeper, j, err, res, end)
+		return
+	} else if at := st.started(); !at.IsZero() {
+		telemetry.RateStarted(j.it.Ctx, at)
+	}
 	began := time.Now()
 	gone, err := j.work(ctx, keeper)
 	took := time.Since(began)
@@ -304,6 +369,21 @@ func (l *Runner) runOne(ctx context.Context, keeper *Keeper, row *jobsql.Row, to
 		ierr = j.settle(ctx, err, keeper.Finish(row.ID))
 	}
 	l.record(res, ierr, end)
+}
+
+// skip gives back at once, without using its attempt, a job that may not
+// start now (its rate slots could not cover its start, or extending them
+// failed with err): it runs again soon, from its queue.
+func (l *Runner) skip(ctx context.Context, keeper *Keeper, j *leasedJob, err error, res *engine.Result, end func(ierr error)) {
+	keeper.Finish(j.row.ID)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claim.FinishTimeout)
+	defer cancel()
+	_, rerr := j.release(fctx)
+	if err = errors.Join(err, rerr); err != nil {
+		l.record(res, j.failure(fmt.Errorf("bunqueue: the job was not started (its rate slot could not cover it), and: %w", err)), end)
+		return
+	}
+	end(nil)
 }
 
 // record ends a job's spans with ierr, its error for the batch (nil once
@@ -391,15 +471,22 @@ func keepRows(rows []jobsql.Row, run []bool) []jobsql.Row {
 
 // takeRateTokens takes, in the lease transaction tx, the KeyRate's slots
 // of rows, if the queue has a KeyRate, and returns the rows that may be
-// leased.
-func (l *Runner) takeRateTokens(ctx context.Context, tx bun.Tx, rows []jobsql.Row) ([]jobsql.Row, error) {
+// leased, with the KeyRate slot each is to start under (nil without a
+// KeyRate).
+func (l *Runner) takeRateTokens(ctx context.Context, tx bun.Tx, rows []jobsql.Row) ([]jobsql.Row, []*limit.Cover, error) {
 	k := l.Jobs.KeyRate
 	if k == nil || len(rows) == 0 {
-		return rows, nil
+		return rows, nil, nil
 	}
-	run, err := k.TakeTokens(ctx, tx, l.KeyRatePer, len(rows), func(i int) (string, any, bool) { return l.Jobs.KeyOf(&rows[i]) })
+	run, covers, err := k.TakeTokens(ctx, tx, l.KeyRatePer, len(rows), func(i int) (string, any, bool) { return l.Jobs.KeyOf(&rows[i]) })
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return keepRows(rows, run), nil
+	kept := covers[:0]
+	for i, c := range covers {
+		if run[i] {
+			kept = append(kept, c)
+		}
+	}
+	return keepRows(rows, run), kept, nil
 }

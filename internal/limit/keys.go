@@ -180,10 +180,17 @@ func (k *Keys) takeKeys(ctx context.Context, tx bun.IDB, keys []string, vals map
 }
 
 // TakeTokens takes in tx, for the n items that keyOf(i) describes, one
-// rate slot per item of each key, holds them for per, and returns which
-// items may start: those without a key, and as many of each key's as got
-// a slot. A key left short is marked full until its next slot is free.
-func (k *Keys) TakeTokens(ctx context.Context, tx bun.IDB, per time.Duration, n int, keyOf KeyOf) ([]bool, error) {
+// rate slot per item of each key, holds them for per (and its grace),
+// and returns which items may start: those without a key, and as many of
+// each key's as got a slot, with the cover each is to start under (nil
+// for an item without a key; see Cover.Start). A key left short is
+// marked full until its next slot is free.
+func (k *Keys) TakeTokens(ctx context.Context, tx bun.IDB, per time.Duration, n int, keyOf KeyOf) ([]bool, []*Cover, error) {
+	return k.takeTokens(ctx, tx, per, Grace(per), n, keyOf)
+}
+
+// takeTokens is TakeTokens, with grace past per (see Grace).
+func (k *Keys) takeTokens(ctx context.Context, tx bun.IDB, per, grace time.Duration, n int, keyOf KeyOf) ([]bool, []*Cover, error) {
 	need := map[string]int{}
 	var order []string
 	vals := map[string]any{}
@@ -196,24 +203,30 @@ func (k *Keys) TakeTokens(ctx context.Context, tx bun.IDB, per time.Duration, n 
 			need[key]++
 		}
 	}
-	holder := NewToken()
-	got := make(map[string]int, len(order))
+	holder, took := NewToken(), time.Now()
+	got := make(map[string][]int, len(order))
 	for _, key := range order {
-		g, err := k.takeFor(ctx, tx, per, key, vals[key], need[key], holder)
+		slots, err := k.takeFor(ctx, tx, per, grace, key, vals[key], need[key], holder)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		got[key] = g
+		got[key] = slots
 	}
 	run := make([]bool, n)
+	covers := make([]*Cover, n)
 	for i := range n {
 		key, _, limited := keyOf(i)
-		run[i] = !limited || got[key] > 0
-		if limited {
-			got[key]--
+		if !limited {
+			run[i] = true
+			continue
+		}
+		if slots := got[key]; len(slots) > 0 {
+			run[i] = true
+			covers[i] = &Cover{sql: k.sql, limit: k.limit(key), slot: slots[0], holder: holder, per: per, grace: grace, took: took}
+			got[key] = slots[1:]
 		}
 	}
-	return run, nil
+	return run, covers, nil
 }
 
 // TakeTokensForClaim takes the tokens of TakeTokens for a lock-mode
@@ -221,29 +234,29 @@ func (k *Keys) TakeTokens(ctx context.Context, tx bun.IDB, per time.Duration, n 
 // of their own, which commits whatever becomes of the batch; on SQLite,
 // whose one writer is the claim transaction tx, in it: inTx says so, and
 // every row must then run in a savepoint, so that a failed handler does
-// not undo them.
-func (k *Keys) TakeTokensForClaim(ctx context.Context, tx bun.IDB, per time.Duration, n int, keyOf KeyOf) (run []bool, inTx bool, err error) {
+// not undo them, and their holds are not settled (see unsettledGrace).
+func (k *Keys) TakeTokensForClaim(ctx context.Context, tx bun.IDB, per time.Duration, n int, keyOf KeyOf) (run []bool, covers []*Cover, inTx bool, err error) {
 	if !k.rowLocks {
-		run, err = k.TakeTokens(ctx, tx, per, n, keyOf)
-		return run, true, err
+		run, covers, err = k.takeTokens(ctx, tx, per, unsettledGrace(per), n, keyOf)
+		return run, covers, true, err
 	}
 	err = k.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) (err error) {
-		run, err = k.TakeTokens(ctx, tx, per, n, keyOf)
+		run, covers, err = k.TakeTokens(ctx, tx, per, n, keyOf)
 		return err
 	})
-	return run, false, err
+	return run, covers, false, err
 }
 
 // takeFor takes and holds up to most slots of key's rate for holder, and
-// returns how many it got.
-func (k *Keys) takeFor(ctx context.Context, tx bun.IDB, per time.Duration, key string, val any, most int, holder string) (int, error) {
+// returns them.
+func (k *Keys) takeFor(ctx context.Context, tx bun.IDB, per, grace time.Duration, key string, val any, most int, holder string) ([]int, error) {
 	if err := k.ensure(ctx, tx, key); err != nil {
-		return 0, err
+		return nil, err
 	}
 	l := k.limit(key)
 	slots, err := k.sql.Take(ctx, tx, l, k.n, most)
 	if err == nil && len(slots) > 0 {
-		err = k.sql.Hold(ctx, tx, l, slots, holder, per)
+		err = k.sql.Hold(ctx, tx, l, slots, holder, per+grace)
 	}
 	if err == nil && len(slots) < most {
 		var wait time.Duration
@@ -252,7 +265,7 @@ func (k *Keys) takeFor(ctx context.Context, tx bun.IDB, per time.Duration, key s
 		}
 	}
 	if err != nil {
-		return 0, fmt.Errorf("bunqueue: queue %q: taking slots of a KeyRate: %w", k.queue, err)
+		return nil, fmt.Errorf("bunqueue: queue %q: taking slots of a KeyRate: %w", k.queue, err)
 	}
-	return len(slots), nil
+	return slots, nil
 }

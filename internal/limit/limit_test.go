@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"strings"
@@ -47,20 +48,41 @@ func TestFieldKey(t *testing.T) {
 	require.Equal(t, int64(7), val)
 }
 
-// A batch starts no more items than it has tokens left; a nil *Tokens
-// is no limit.
-func TestTokensLeft(t *testing.T) {
+// A batch starts no more items than it has tokens left, each under one
+// of them, at once while they were taken less than half their grace ago;
+// a nil *Tokens is no limit.
+func TestTokensStart(t *testing.T) {
 	t.Parallel()
+	ctx := context.Background()
 	var none *Tokens
 	require.Equal(t, 10, none.Left(10))
-	none.Use(3)
-	tk := &Tokens{slots: []int{0, 1, 2}}
+	ok, err := none.Start(ctx, nil)
+	require.True(t, ok)
+	require.NoError(t, err)
+	tk := &Tokens{r: &Rate{per: time.Minute}, slots: []int{0, 1, 2}, took: time.Now()}
 	require.Equal(t, 3, tk.Left(10))
 	require.Equal(t, 2, tk.Left(2))
-	tk.Use(2)
+	for range 2 {
+		ok, err := tk.Start(ctx, nil) // within the grace: no statement
+		require.True(t, ok)
+		require.NoError(t, err)
+	}
 	require.Equal(t, 1, tk.Left(10))
-	tk.Use(5)
+	_, _ = tk.Start(ctx, nil)
 	require.Equal(t, 0, tk.Left(10))
+	ok, err = tk.Start(ctx, nil)
+	require.False(t, ok, "no slot left")
+	require.NoError(t, err)
+}
+
+// The grace is half of Per, at least minGrace; a settled hold keeps half
+// the grace past Per, at most 1 ms.
+func TestGrace(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 500*time.Millisecond, Grace(time.Second))
+	require.Equal(t, minGrace, Grace(time.Millisecond))
+	require.Equal(t, time.Millisecond, margin(time.Second))
+	require.Equal(t, minGrace/2, margin(time.Millisecond))
 }
 
 // A worker waits for a RateLimit's next free slot, about slotWait for a

@@ -13,10 +13,11 @@ import (
 )
 
 // A rate limit is kept with N slots of kind slotsql.Rate per queue (or
-// per key): a start takes a free one, and holds it for Per from then, by
-// the database clock (held_until); it is free again once that time has
-// passed. So no slot serves two starts less than Per apart, and no more
-// than N items start in any period of length Per.
+// per key): a start takes a free one, and holds it for Per (and a grace:
+// see start.go) from then, by the database clock (held_until); it is
+// free again once that time has passed. So no slot serves two starts
+// less than Per apart, and no more than N items start in any period of
+// length Per.
 //
 // The slots are taken, and held, in a transaction that commits whatever
 // becomes of the items: in lock mode a short one of their own on the
@@ -91,9 +92,16 @@ func (r *Rate) Take(ctx context.Context, tx bun.IDB, most int) ([]int, error) {
 	return got, nil
 }
 
-// Hold marks slots, which tx locks, as taken by holder for Per from now.
+// Hold marks slots, which tx locks, as taken by holder for Per and its
+// grace from now; the caller notes the time before it calls Hold, for
+// the slots' covers (see Cover).
 func (r *Rate) Hold(ctx context.Context, tx bun.IDB, slots []int, holder string) error {
-	if err := r.sql.Hold(ctx, tx, r.limit, slots, holder, r.per); err != nil {
+	return r.hold(ctx, tx, slots, holder, Grace(r.per))
+}
+
+// hold is Hold with grace past Per.
+func (r *Rate) hold(ctx context.Context, tx bun.IDB, slots []int, holder string, grace time.Duration) error {
+	if err := r.sql.Hold(ctx, tx, r.limit, slots, holder, r.per+grace); err != nil {
 		return fmt.Errorf("bunqueue: queue %q: holding slots of its RateLimit: %w", r.limit.Queue, err)
 	}
 	return nil
@@ -107,7 +115,7 @@ func (r *Rate) TakeTokens(ctx context.Context, most int) (*Tokens, error) {
 	if r == nil || r.claimTx {
 		return nil, nil
 	}
-	tk := &Tokens{r: r, holder: NewToken()}
+	tk := &Tokens{r: r, holder: NewToken(), took: time.Now()}
 	err := r.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) error {
 		got, err := r.Take(ctx, tx, most)
 		if err != nil {

@@ -3,19 +3,24 @@ package limit
 import (
 	"context"
 	"log/slog"
+	"time"
 
 	"github.com/uptrace/bun"
 )
 
 // Tokens are the slots of a queue's RateLimit that one batch took: each
-// item it starts uses one, and it gives the others back when it ends. A
-// nil *Tokens is no rate limit: it lets every item start.
+// item it starts uses one (Start), and it gives the others back when it
+// ends. A nil *Tokens is no rate limit: it lets every item start.
 type Tokens struct {
 	r      *Rate
 	holder string
 	slots  []int
 	used   int
-	inTx   bool // taken in the claim transaction, and held there (Hold)
+	took   time.Time // just before the slots were held, for their covers
+	// started are when the items of the used slots started, by slot
+	// index; zero for a slot that did not serve a start.
+	started []time.Time
+	inTx    bool // taken in the claim transaction, and held there (Hold)
 }
 
 // Left is how many of n items the batch may still start; all of them
@@ -27,11 +32,40 @@ func (tk *Tokens) Left(n int) int {
 	return min(n, len(tk.slots)-tk.used)
 }
 
-// Use notes that n items start.
-func (tk *Tokens) Use(n int) {
-	if tk != nil {
-		tk.used = min(tk.used+n, len(tk.slots))
+// Start reports whether the batch's next item may start now, under the
+// next of its slots (see Cover.Start), and uses that slot; tx is the
+// claim transaction, where the slots were taken on SQLite. false: it may
+// not start (the batch has no slot left for it, or the slot's hold could
+// not be extended to cover a late start): it goes back to its queue as
+// it was.
+func (tk *Tokens) Start(ctx context.Context, tx bun.IDB) (bool, error) {
+	if tk == nil {
+		return true, nil
 	}
+	if tk.used >= len(tk.slots) {
+		return false, nil
+	}
+	db := tk.r.db
+	if tk.inTx {
+		db = tx
+	}
+	c := tk.r.Cover(tk.slots[tk.used], tk.holder, tk.took)
+	if tk.inTx {
+		c.grace = unsettledGrace(tk.r.per)
+	}
+	tk.used++ // started or not, the slot is spent: a late one may be another's
+	ok, err := c.Start(ctx, db)
+	tk.started = append(tk.started, c.started)
+	return ok, err
+}
+
+// Started is when the batch's last item to start (see Start) started:
+// the instant the limit counted; zero if it did not start.
+func (tk *Tokens) Started() time.Time {
+	if tk == nil || len(tk.started) == 0 {
+		return time.Time{}
+	}
+	return tk.started[len(tk.started)-1]
 }
 
 // Hold holds, when the slots were taken in the claim transaction tx
@@ -40,18 +74,24 @@ func (tk *Tokens) Hold(ctx context.Context, tx bun.IDB, n int) error {
 	if tk == nil || !tk.inTx {
 		return nil
 	}
-	return tk.r.Hold(ctx, tx, tk.slots[:n], tk.holder)
+	tk.took = time.Now()
+	return tk.r.hold(ctx, tx, tk.slots[:n], tk.holder, unsettledGrace(tk.r.per))
 }
 
-// GiveBack frees the slots that the batch did not use. A slot it fails to
-// free is free when its Per has passed.
-func (tk *Tokens) GiveBack(ctx context.Context, log *slog.Logger) {
-	if tk == nil || tk.used == len(tk.slots) {
+// Settle ends the batch's holds, once its items have started: see
+// Settle. A slot the batch did not use is given back. Slots taken in the
+// claim transaction (SQLite) are not settled: their holds were taken
+// with the shorter unsettledGrace.
+func (tk *Tokens) Settle(ctx context.Context, log *slog.Logger) {
+	if tk == nil || len(tk.slots) == 0 || tk.inTx {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), freeTimeout)
-	defer cancel()
-	if err := tk.r.sql.Free(ctx, tk.r.db, tk.r.limit, tk.slots[tk.used:], tk.holder); err != nil {
-		log.WarnContext(ctx, "bunqueue: giving back unused slots of a RateLimit failed; they are free once their period has passed", "queue", tk.r.limit.Queue, "error", err)
+	covers := make([]*Cover, len(tk.slots))
+	for i, slot := range tk.slots {
+		covers[i] = tk.r.Cover(slot, tk.holder, tk.took)
+		if i < len(tk.started) {
+			covers[i].started = tk.started[i]
+		}
 	}
+	Settle(ctx, log, tk.r.db, covers)
 }

@@ -19,6 +19,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -208,6 +211,29 @@ func (s SQL) Free(ctx context.Context, db bun.IDB, l Limit, slots []int, token s
 	where, args := l.where()
 	_, err := db.NewRaw("UPDATE "+Slots+" SET holder = NULL, held_until = NULL WHERE "+where+" AND slot IN (?) AND holder = ?",
 		append(args, bun.List(slots), token)...).Exec(ctx)
+	return err
+}
+
+// Settle ends token's holds on the slots of l: each slot of until is
+// held from now for its duration (which may be negative: free already),
+// and the slots of free are given back; a slot token no longer holds is
+// left alone. One statement.
+func (s SQL) Settle(ctx context.Context, db bun.IDB, l Limit, token string, until map[int]time.Duration, free []int) error {
+	if len(until) == 0 {
+		if len(free) == 0 {
+			return nil
+		}
+		return s.Free(ctx, db, l, free, token)
+	}
+	held := slices.Sorted(maps.Keys(until))
+	var b strings.Builder
+	b.WriteString("UPDATE " + Slots + " SET holder = CASE WHEN slot IN (?) THEN holder ELSE NULL END, held_until = CASE slot")
+	for _, slot := range held {
+		fmt.Fprintf(&b, " WHEN %d THEN %s", slot, s.d.NowPlus(until[slot]))
+	}
+	where, args := l.where()
+	b.WriteString(" ELSE NULL END WHERE " + where + " AND slot IN (?) AND holder = ?")
+	_, err := db.NewRaw(b.String(), append(append([]any{bun.List(held)}, args...), bun.List(append(held, free...)), token)...).Exec(ctx)
 	return err
 }
 

@@ -59,6 +59,16 @@ type Item struct {
 	began time.Time
 }
 
+// RateStart is the name of the event an item's span gets, in a queue
+// with a RateLimit or KeyRate, at the instant the limit counted its
+// start (see internal/limit's Cover): right before its handler.
+const RateStart = "bunqueue.rate_limit.start"
+
+// RateStarted adds the RateStart event at to the span of ctx, an item's.
+func RateStarted(ctx context.Context, at time.Time) {
+	trace.SpanFromContext(ctx).AddEvent(RateStart, trace.WithTimestamp(at))
+}
+
 // StartItem starts the span of one item. With n 0 (the rows of a batch
 // handler, processed together) or in a batch of one, by default, the
 // batch span is the item's span, linked to its creation context. Otherwise the item gets a span of its
