@@ -195,7 +195,7 @@ func (c *Client) JobGet(ctx context.Context, id int64) (*JobRecord, error) {
 func (c *Client) JobGetTx(ctx context.Context, db bun.IDB, id int64) (*JobRecord, error) {
 	rec, err := c.getJob(ctx, db, id)
 	if err != nil {
-		return nil, fmt.Errorf("bunqueue: get job %d: %w", id, c.notMigrated(err))
+		return nil, errorf("bunqueue: get job %d: %w", id, c.notMigrated(err))
 	}
 	return &rec, nil
 }

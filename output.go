@@ -35,14 +35,14 @@ var (
 func RecordOutput(ctx context.Context, v any) error {
 	o, _ := ctx.Value(outputKey{}).(*jobOutput)
 	if o == nil {
-		return fmt.Errorf("bunqueue: RecordOutput: %w", ErrNotInWorker)
+		return errorf("bunqueue: RecordOutput: %w", ErrNotInWorker)
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("bunqueue: RecordOutput: encode the output of job %d as JSON: %w", o.id, err)
 	}
 	if len(b) > MaxOutputBytes {
-		return fmt.Errorf("bunqueue: RecordOutput: job %d: %w: its JSON has %d bytes, more than MaxOutputBytes (%d)", o.id, ErrOutputTooLarge, len(b), MaxOutputBytes)
+		return errorf("bunqueue: RecordOutput: job %d: %w: its JSON has %d bytes, more than MaxOutputBytes (%d)", o.id, ErrOutputTooLarge, len(b), MaxOutputBytes)
 	}
 	o.record(b)
 	return nil
