@@ -353,7 +353,7 @@ func (c *Client) engineEnv() *engine.Env {
 	return &engine.Env{
 		DB: c.db, ClaimDB: c.claimDB, Dialect: c.dialect, Logger: c.cfg.Logger,
 		Stopping: c.stopping, Idle: c.idle, BatchTarget: BatchTarget, Contain: contain,
-		Running: c.counts.running, EndSession: c.endSession, LogItemError: logItemError,
+		Running: c.counts.running, EndSession: c.endSession, LogItemError: c.logItemError,
 	}
 }
 

@@ -151,6 +151,14 @@ type JobQueueConfig struct {
 	// Defaults to Config.OutputRetention.
 	OutputRetention time.Duration
 
+	// LogLevel, if not nil, is the lowest level of the lines that the
+	// workers log about this queue's failed attempts (see Config.Logger):
+	// slog.LevelWarn drops the snoozes and the releases on Stop (INFO),
+	// slog.LevelError the retries (WARN) too. A *slog.LevelVar changes it
+	// while the queue runs. Config.Logger's handler still filters the
+	// lines that pass. Nil (the default) passes every line.
+	LogLevel slog.Leveler
+
 	selfSized bool // BatchSize was left zero
 }
 
@@ -159,10 +167,12 @@ type JobQueueConfig struct {
 type Config struct {
 	// Logger receives what workers cannot return to a caller: handler
 	// errors, rows that did not leave their queue, lost connections. A
-	// job's failed attempt is a line with its queue, job_id, kind,
-	// attempt, max_attempts and outcome: a WARN with retry_in when it will
-	// be retried, an ERROR when it failed for good. Defaults to
-	// slog.Default().
+	// row's failure is an INFO line when OnError recorded it, an ERROR
+	// when it did not. A job's failed attempt is a line with its queue,
+	// job_id, kind, attempt, max_attempts and outcome: a WARN with
+	// retry_in when it will be retried, an ERROR when it failed for good.
+	// A queue's LogLevel (QueueConfig, JobQueueConfig) drops its lines
+	// below a level. Defaults to slog.Default().
 	Logger *slog.Logger
 
 	// PollInterval is used by queues whose QueueConfig.PollInterval is
@@ -400,6 +410,14 @@ type QueueConfig[T any] struct {
 	// row), so that the row's process span links to the request that made
 	// it. Empty means none.
 	TraceColumn string
+
+	// LogLevel, if not nil, is the lowest level of the lines that the
+	// workers log about this queue's failed rows (see Config.Logger):
+	// slog.LevelWarn drops the failures that OnError recorded (INFO) and
+	// keeps those it did not (ERROR). A *slog.LevelVar changes it while
+	// the queue runs. Config.Logger's handler still filters the lines
+	// that pass. Nil (the default) passes every line.
+	LogLevel slog.Leveler
 
 	// OnError is called when the handler returns an error or panics, after
 	// the handler's writes were undone and while the row is still locked,
