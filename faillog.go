@@ -103,7 +103,8 @@ func (q *Queue[T]) logLevel() slog.Leveler { return q.cfg.LogLevel }
 // which job (id, kind, attempt of max attempts) and what became of it,
 // with its own message and level: a retry (WARN, with retry_in), a
 // snooze (INFO), a failure for good (ERROR), a release on stop (INFO), or
-// a failure nothing could record (ERROR: the job stays in its queue).
+// a failure nothing could record (ERROR: the job stays in its queue). Its
+// error is the job's error as stored (FailedJob.Error, LastError).
 func itemErrorLine(err error) (slog.Level, string, []any) {
 	var ie *ItemError
 	if !errors.As(err, &ie) || ie.job == nil {
@@ -132,5 +133,5 @@ func itemErrorLine(err error) (slog.Level, string, []any) {
 	default: // outcomeFailed, outcomeCancelled
 		msg = "bunqueue: job failed for good, moved to the failed jobs"
 	}
-	return level, msg, append(attrs, "error", unprefixed(ie.Err))
+	return level, msg, append(attrs, "error", ie.Err.Error())
 }

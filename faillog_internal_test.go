@@ -28,7 +28,7 @@ func TestLogItemError(t *testing.T) {
 		{"job not recorded", &ItemError{Queue: "q", Key: "id=7", Err: errors.New("smtp down; OnError failed too: bad connection"), Cooldown: 2 * time.Second, job: unrecorded},
 			`level=ERROR msg="bunqueue: job failed and nothing was recorded; it stays in its queue" queue=q job_id=7 kind=welcome attempt=2 max_attempts=3 outcome=released cooldown=2s error="smtp down; OnError failed too: bad connection"`},
 		{"job released on stop", &ItemError{Queue: "q", Key: "id=7", Err: errors.New("bunqueue: released on stop: context canceled"), job: stopped},
-			`level=INFO msg="bunqueue: job released on stop; it runs again" queue=q job_id=7 kind=welcome attempt=1 max_attempts=3 outcome=released error="released on stop: context canceled"`},
+			`level=INFO msg="bunqueue: job released on stop; it runs again" queue=q job_id=7 kind=welcome attempt=1 max_attempts=3 outcome=released error="bunqueue: released on stop: context canceled"`},
 		{"row recorded", &ItemError{Queue: "q", Key: "id=1", Err: errors.New("boom"), Recorded: true},
 			`level=INFO msg="bunqueue: item failed" queue=q error="bunqueue: queue \"q\": row id=1: boom"`},
 		{"row cooled down", &ItemError{Queue: "q", Key: "id=1", Err: errors.New("boom"), Cooldown: time.Second},

@@ -136,8 +136,17 @@ func TestJobFailureLogLines(t *testing.T) {
 					return true
 				}, "a line per failed attempt")
 				require.Equal(t, "smtp: 451 try later", records.where(job("fail", retried))[0]["error"])
-				require.Equal(t, "handler panicked: kaboom", records.where(job("panic", failed))[0]["error"])
-				require.Equal(t, "job cancelled: bad input", records.where(job("cancel", nil))[0]["error"])
+				require.Equal(t, "bunqueue: handler panicked: kaboom", records.where(job("panic", failed))[0]["error"])
+				require.Equal(t, "bunqueue: job cancelled: bad input", records.where(job("cancel", nil))[0]["error"])
+				// The line's error is the job's as stored (a panic's
+				// stack follows it there).
+				for _, do := range []string{"panic", "cancel"} {
+					f, ok := failedByJobID(t, db, int64(ids[do]))
+					require.True(t, ok)
+					require.True(t, strings.HasPrefix(f.Error, records.where(job(do, map[string]any{"level": "ERROR"}))[0]["error"].(string)), "%s: %q", do, f.Error)
+				}
+				f, _ := failedByJobID(t, db, int64(ids["cancel"]))
+				require.Equal(t, "bunqueue: job cancelled: bad input", f.Error)
 				require.Empty(t, records.where(map[string]any{"msg": "bunqueue: item failed"}), "no job's failure is logged as a row's")
 			})
 		}
