@@ -293,7 +293,7 @@ func (c *Client) checkJobsTables(ctx context.Context) error {
 }
 
 // run starts the client: the idle watcher, each runner's feed and
-// workers, the cleaner of completed jobs if they are kept, and the queue
+// workers, the cleaner of completed jobs if it runs jobs, and the queue
 // depth gauge. They run, with a context that only Stop cancels, until
 // Stop.
 func (c *Client) run(ctx context.Context, runners []*runner) {
@@ -319,7 +319,7 @@ func (c *Client) run(ctx context.Context, runners []*runner) {
 			go func() { defer c.workers.Done(); env.Work(workCtx, f) }()
 		}
 	}
-	if c.runsJobs() && c.cfg.Retention > 0 {
+	if c.runsJobs() { // completed jobs may be kept: for a Retention, or for their outputs
 		c.workers.Add(1)
 		go c.clean(workCtx)
 	}
@@ -353,7 +353,7 @@ func (c *Client) engineEnv() *engine.Env {
 	return &engine.Env{
 		DB: c.db, ClaimDB: c.claimDB, Dialect: c.dialect, Logger: c.cfg.Logger,
 		Stopping: c.stopping, Idle: c.idle, BatchTarget: BatchTarget, Contain: contain,
-		Running: c.counts.running, EndSession: c.endSession, LogItemError: logItemError,
+		Running: c.counts.running, EndSession: c.endSession, LogItemError: c.logItemError,
 	}
 }
 

@@ -57,6 +57,10 @@ const (
 	// LeaseDefault is how long a lease-mode claim holds a job before
 	// another worker may take it, unless heartbeats extend it.
 	LeaseDefault = 5 * time.Minute
+	// OutputRetentionDefault is how long, at least, a completed job that
+	// recorded an output (RecordOutput) is kept, so that JobGet can read
+	// the output, when OutputRetention is left zero.
+	OutputRetentionDefault = 24 * time.Hour
 	// BackoffBase, BackoffMax and BackoffJitter shape DefaultBackoff.
 	BackoffBase   = time.Second
 	BackoffMax    = time.Hour
@@ -132,6 +136,29 @@ type JobQueueConfig struct {
 	// (jobs without one are not limited): see QueueConfig.KeyRate.
 	KeyRate Rate
 
+	// Retention keeps this queue's completed jobs in bunqueue_jobs for
+	// this long after they completed; then the cleaner of a client that
+	// runs the queue deletes them (see Config.Retention). Zero means
+	// Config.Retention; where that is zero too, a job is deleted as it
+	// completes, in its worker's transaction, unless it recorded an
+	// output (see OutputRetention). Processes that run the queue should
+	// agree on it: the cleaner of each deletes by its own.
+	Retention time.Duration
+
+	// OutputRetention keeps a completed job of this queue that recorded
+	// an output (RecordOutput) for at least this long after it completed,
+	// whatever Retention says, so that JobGet can read the output.
+	// Defaults to Config.OutputRetention.
+	OutputRetention time.Duration
+
+	// LogLevel, if not nil, is the lowest level of the lines that the
+	// workers log about this queue's failed attempts (see Config.Logger):
+	// slog.LevelWarn drops the snoozes and the releases on Stop (INFO),
+	// slog.LevelError the retries (WARN) too. A *slog.LevelVar changes it
+	// while the queue runs. Config.Logger's handler still filters the
+	// lines that pass. Nil (the default) passes every line.
+	LogLevel slog.Leveler
+
 	selfSized bool // BatchSize was left zero
 }
 
@@ -140,10 +167,12 @@ type JobQueueConfig struct {
 type Config struct {
 	// Logger receives what workers cannot return to a caller: handler
 	// errors, rows that did not leave their queue, lost connections. A
-	// job's failed attempt is a line with its queue, job_id, kind,
-	// attempt, max_attempts and outcome: a WARN with retry_in when it will
-	// be retried, an ERROR when it failed for good. Defaults to
-	// slog.Default().
+	// row's failure is an INFO line when OnError recorded it, an ERROR
+	// when it did not. A job's failed attempt is a line with its queue,
+	// job_id, kind, attempt, max_attempts and outcome: a WARN with
+	// retry_in when it will be retried, an ERROR when it failed for good.
+	// A queue's LogLevel (QueueConfig, JobQueueConfig) drops its lines
+	// below a level. Defaults to slog.Default().
 	Logger *slog.Logger
 
 	// PollInterval is used by queues whose QueueConfig.PollInterval is
@@ -193,10 +222,23 @@ type Config struct {
 	// this client, jobs queues included, before the queues' own.
 	Hooks []Hook
 
-	// Retention keeps completed jobs in bunqueue_jobs for this long, then
-	// a cleaner deletes them in batches by primary key. Zero (the
-	// default) deletes a job as it completes, in its worker's transaction.
+	// Retention keeps completed jobs in bunqueue_jobs for this long, in
+	// the jobs queues whose JobQueueConfig.Retention is zero. A client
+	// that runs jobs (a worker was added with AddWorker) has a cleaner
+	// that deletes, in batches by primary key, the completed jobs of the
+	// queues of its JobQueues once they are older than their queue's
+	// retention; it leaves the completed jobs of other queues alone, for
+	// the clients that run them. Zero (the default) deletes a job as it
+	// completes, in its worker's transaction, unless it recorded an
+	// output (see OutputRetention).
 	Retention time.Duration
+
+	// OutputRetention keeps a completed job that recorded an output
+	// (RecordOutput) for at least this long after it completed, whatever
+	// Retention says, so that JobGet can read the output, in the jobs
+	// queues whose JobQueueConfig.OutputRetention is zero. Defaults to
+	// OutputRetentionDefault.
+	OutputRetention time.Duration
 
 	// NoPreparedStatements makes the workers run every statement in text,
 	// as bun formats it. By default a worker's claim of one row by its
@@ -369,6 +411,14 @@ type QueueConfig[T any] struct {
 	// it. Empty means none.
 	TraceColumn string
 
+	// LogLevel, if not nil, is the lowest level of the lines that the
+	// workers log about this queue's failed rows (see Config.Logger):
+	// slog.LevelWarn drops the failures that OnError recorded (INFO) and
+	// keeps those it did not (ERROR). A *slog.LevelVar changes it while
+	// the queue runs. Config.Logger's handler still filters the lines
+	// that pass. Nil (the default) passes every line.
+	LogLevel slog.Leveler
+
 	// OnError is called when the handler returns an error or panics, after
 	// the handler's writes were undone and while the row is still locked,
 	// with the row as it was claimed. Record the failure on the row through
@@ -390,6 +440,7 @@ func (c *Config) withDefaults() Config {
 		out.Logger = slog.Default()
 	}
 	orDefault(&out.PollInterval, PollIntervalDefault)
+	orDefault(&out.OutputRetention, OutputRetentionDefault)
 	if out.Backoff == nil {
 		out.Backoff = DefaultBackoff
 	}
@@ -410,6 +461,8 @@ func (q JobQueueConfig) withDefaults(c Config) JobQueueConfig {
 	orDefault(&q.BatchSize, BatchSizeDefault)
 	orDefault(&q.Lease, LeaseDefault)
 	orDefault(&q.PollInterval, c.PollInterval)
+	orDefault(&q.Retention, c.Retention)
+	orDefault(&q.OutputRetention, c.OutputRetention)
 	return q
 }
 
@@ -427,6 +480,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("bunqueue: Config.PollInterval must not be negative, got %s", c.PollInterval)
 	case c.Retention < 0:
 		return fmt.Errorf("bunqueue: Config.Retention must not be negative, got %s", c.Retention)
+	case c.OutputRetention < 0:
+		return fmt.Errorf("bunqueue: Config.OutputRetention must not be negative, got %s", c.OutputRetention)
 	}
 	for name, q := range c.JobQueues {
 		if err := checkText("Config.JobQueues: a queue name", name); err != nil {
@@ -452,6 +507,10 @@ func (c Config) validate() error {
 			return field("GlobalLimit", q.GlobalLimit)
 		case q.KeyLimit < 0:
 			return field("KeyLimit", q.KeyLimit)
+		case q.Retention < 0:
+			return field("Retention", q.Retention)
+		case q.OutputRetention < 0:
+			return field("OutputRetention", q.OutputRetention)
 		case q.RateLimit.check() != nil:
 			return fmt.Errorf("bunqueue: Config.JobQueues[%q].RateLimit: %w", name, q.RateLimit.check())
 		case q.KeyRate.check() != nil:

@@ -120,7 +120,7 @@ func (c *Client) Enqueue(ctx context.Context, db bun.IDB, args JobArgs, opts *En
 		return err
 	})
 	if err != nil {
-		return EnqueueResult{}, fmt.Errorf("bunqueue: enqueue %s: %w", args.Kind(), c.notMigrated(err))
+		return EnqueueResult{}, errorf("bunqueue: enqueue %s: %w", args.Kind(), c.notMigrated(err))
 	}
 	if err := c.notifyEnqueued(ctx, db, params, res.Duplicate); err != nil { // PostgreSQL: wake other processes
 		return EnqueueResult{}, err
@@ -181,7 +181,7 @@ func (c *Client) EnqueueMany(ctx context.Context, db bun.IDB, jobs []EnqueuePara
 	for i, p := range jobs {
 		row, err := c.jobValues(ctx, db, p, trace)
 		if err != nil {
-			return 0, fmt.Errorf("bunqueue: EnqueueMany: job %d: %w", i, err)
+			return 0, errorf("bunqueue: EnqueueMany: job %d: %w", i, err)
 		}
 		var key string
 		if p.Opts != nil && p.Opts.UniqueKey != "" {
@@ -204,7 +204,7 @@ func (c *Client) EnqueueMany(ctx context.Context, db bun.IDB, jobs []EnqueuePara
 		})
 		inserted += n
 		if err != nil {
-			return inserted, fmt.Errorf("bunqueue: EnqueueMany: %w", c.notMigrated(err))
+			return inserted, errorf("bunqueue: EnqueueMany: %w", c.notMigrated(err))
 		}
 	}
 	return inserted, c.notifyEnqueued(ctx, db, jobs, inserted == 0) // PostgreSQL: wake other processes

@@ -57,6 +57,9 @@ type PanicError struct {
 
 // Error implements error.
 func (e *PanicError) Error() string {
+	if err, ok := e.Value.(error); ok && err != nil {
+		return "bunqueue: handler panicked: " + unprefixed(err)
+	}
 	return fmt.Sprintf("bunqueue: handler panicked: %v", e.Value)
 }
 
@@ -140,4 +143,45 @@ func unprefixed(err error) string {
 		return "<nil>"
 	}
 	return strings.TrimPrefix(err.Error(), "bunqueue: ")
+}
+
+// errorf is fmt.Errorf for the errors of the package, whose format starts
+// with "bunqueue: ", that wrap (%w) or show (%v) other errors: their
+// messages are written without their own "bunqueue: ", so that the
+// message says it once ("bunqueue: get job 7: no job with that id", not
+// "bunqueue: get job 7: bunqueue: no job with that id"), and the errors
+// %w wraps stay in the chain, for errors.Is and errors.As.
+func errorf(format string, args ...any) error {
+	shown := make([]any, len(args))
+	for i, a := range args {
+		if err, ok := a.(error); ok && err != nil {
+			a = unprefixedError{err}
+		}
+		shown[i] = a
+	}
+	return &wrapError{msg: fmt.Errorf(format, shown...).Error(), chain: fmt.Errorf(format, args...)}
+}
+
+// unprefixedError shows an error without its leading "bunqueue: ".
+type unprefixedError struct{ err error }
+
+func (e unprefixedError) Error() string { return unprefixed(e.err) }
+
+// wrapError is an error of errorf: its message, and the errors that
+// chain, the fmt.Errorf of the same format and arguments, wraps.
+type wrapError struct {
+	msg   string
+	chain error
+}
+
+func (e *wrapError) Error() string { return e.msg }
+
+func (e *wrapError) Unwrap() []error {
+	switch c := e.chain.(type) {
+	case interface{ Unwrap() []error }:
+		return c.Unwrap()
+	case interface{ Unwrap() error }:
+		return []error{c.Unwrap()}
+	}
+	return nil
 }

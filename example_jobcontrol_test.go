@@ -105,7 +105,8 @@ type Thumbnail struct {
 func (Thumbnail) Kind() string { return "example_thumbnail" }
 
 // RecordOutput keeps a worker's result with its job: JobGet reads it
-// once the job completed, while Config.Retention keeps completed jobs.
+// once the job completed, for a day by default (OutputRetention), even
+// where completed jobs are not kept (no Retention).
 func ExampleRecordOutput() {
 	ctx := context.Background()
 	db := openExampleDB("bq_example_output", "id BIGINT PRIMARY KEY")
@@ -118,7 +119,6 @@ func ExampleRecordOutput() {
 	defer db.Exec("DELETE FROM bunqueue_jobs WHERE queue = ?", queue)
 	client, err := bunqueue.NewClient(db, &bunqueue.Config{
 		PollInterval: 20 * time.Millisecond,
-		Retention:    time.Hour,
 		JobQueues:    map[string]bunqueue.JobQueueConfig{queue: {}},
 	})
 	if err != nil {

@@ -28,9 +28,9 @@ func (ResizeImage) Kind() string { return "example_resize_image" }
 // unique key released, until a cleaner of the started client deletes it
 // once the retention has passed.
 //
-// The cleaner deletes every completed job of the table past the
-// retention, whatever its queue, so this example, whose retention is
-// short, runs in a database of its own.
+// The cleaner deletes only the completed jobs of the queues its client
+// runs, each once older than its queue's retention
+// (JobQueueConfig.Retention, by default Config.Retention).
 func ExampleConfig_retention() {
 	ctx := context.Background()
 	dsn, err := mysql.ParseDSN(exampleDSN)

@@ -133,7 +133,7 @@ func (c *Client) RetryFailedTx(ctx context.Context, db bun.IDB, id int64) (int64
 		return c.finisher().Revive(ctx, tx, id, newID, res.Duplicate)
 	})
 	if err != nil {
-		return 0, fmt.Errorf("bunqueue: retry failed job %d: %w", id, c.notMigrated(err))
+		return 0, errorf("bunqueue: retry failed job %d: %w", id, c.notMigrated(err))
 	}
 	return newID, nil
 }
@@ -153,9 +153,9 @@ func (c *Client) DeleteFailedTx(ctx context.Context, db bun.IDB, id int64) error
 	})
 	switch {
 	case err != nil:
-		return fmt.Errorf("bunqueue: delete failed job %d: %w", id, c.notMigrated(err))
+		return errorf("bunqueue: delete failed job %d: %w", id, c.notMigrated(err))
 	case !gone:
-		return fmt.Errorf("bunqueue: delete failed job %d: %w", id, ErrFailedJobNotFound)
+		return errorf("bunqueue: delete failed job %d: %w", id, ErrFailedJobNotFound)
 	}
 	return nil
 }

@@ -67,21 +67,52 @@ func (m jobFates) attach(errs []error) {
 }
 
 // logItemError logs err, the *ItemError of one row or job, through log
-// (which names the queue). A row's failure is an error, or a warning if
-// OnError recorded it on the row. A job's says which job (id, kind,
-// attempt of max attempts) and what became of it, with its own message
-// and level: a retry (WARN, with retry_in), a snooze (INFO), a failure
-// for good (ERROR), a release on stop (INFO), or a failure nothing could
-// record (ERROR: the job stays in its queue).
-func logItemError(ctx context.Context, log *slog.Logger, err error) {
+// (which names the queue), unless its level is below its queue's
+// LogLevel (QueueConfig.LogLevel, JobQueueConfig.LogLevel).
+func (c *Client) logItemError(ctx context.Context, log *slog.Logger, err error) {
+	level, msg, attrs := itemErrorLine(err)
+	if min := c.logLevel(err); min != nil && level < min.Level() {
+		return
+	}
+	log.Log(ctx, level, msg, attrs...)
+}
+
+// logLevel returns the LogLevel of the queue of err, an *ItemError: of
+// the table queue of its name, else of the jobs queue; nil for none.
+func (c *Client) logLevel(err error) slog.Leveler {
+	var ie *ItemError
+	if !errors.As(err, &ie) {
+		return nil
+	}
+	if ie.job == nil {
+		for _, q := range c.queues {
+			if l, ok := q.(interface{ logLevel() slog.Leveler }); ok && q.Name() == ie.Queue {
+				return l.logLevel()
+			}
+		}
+	}
+	return c.cfg.JobQueues[ie.Queue].LogLevel
+}
+
+// logLevel returns the queue's QueueConfig.LogLevel, once added.
+func (q *Queue[T]) logLevel() slog.Leveler { return q.cfg.LogLevel }
+
+// itemErrorLine is the line of err, the *ItemError of one row or job. A
+// row's failure is an error, or, if OnError recorded it on the row, an
+// INFO: the app expected it and wrote what became of it. A job's says
+// which job (id, kind, attempt of max attempts) and what became of it,
+// with its own message and level: a retry (WARN, with retry_in), a
+// snooze (INFO), a failure for good (ERROR), a release on stop (INFO), or
+// a failure nothing could record (ERROR: the job stays in its queue). Its
+// error is the job's error as stored (FailedJob.Error, LastError).
+func itemErrorLine(err error) (slog.Level, string, []any) {
 	var ie *ItemError
 	if !errors.As(err, &ie) || ie.job == nil {
 		level := slog.LevelError
 		if ie != nil && ie.Recorded && ie.Cooldown == 0 {
-			level = slog.LevelWarn // OnError recorded it on the row
+			level = slog.LevelInfo // OnError recorded it on the row
 		}
-		log.Log(ctx, level, "bunqueue: item failed", "error", err)
-		return
+		return level, "bunqueue: item failed", []any{"error", err}
 	}
 	j := ie.job
 	attrs := []any{"job_id", j.id, "kind", j.kind, "attempt", j.attempt, "max_attempts", j.maxAttempts, "outcome", j.outcome}
@@ -102,5 +133,5 @@ func logItemError(ctx context.Context, log *slog.Logger, err error) {
 	default: // outcomeFailed, outcomeCancelled
 		msg = "bunqueue: job failed for good, moved to the failed jobs"
 	}
-	log.Log(ctx, level, msg, append(attrs, "error", unprefixed(ie.Err))...)
+	return level, msg, append(attrs, "error", ie.Err.Error())
 }

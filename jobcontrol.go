@@ -148,7 +148,7 @@ func (c *Client) jobAction(ctx context.Context, db bun.IDB, action string, id in
 		return fn(ctx, tx, row)
 	})
 	if err != nil {
-		return fmt.Errorf("bunqueue: %s job %d: %w", action, id, c.notMigrated(err))
+		return errorf("bunqueue: %s job %d: %w", action, id, c.notMigrated(err))
 	}
 	return nil
 }

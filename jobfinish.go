@@ -17,9 +17,18 @@ import (
 
 // finisher is the one road by which jobs change state (internal/finish):
 // the workers of both modes, job control, RetryFailed and retention all
-// write through it, in a transaction.
+// write through it, in a transaction. The workers complete jobs through
+// the finisher of their queue (completer).
 func (c *Client) finisher() finish.Finisher {
-	return finish.New(c.jobSQL(), c.cfg.Retention > 0, c.prepared)
+	return finish.New(c.jobSQL(), false, c.prepared)
+}
+
+// completer is the finisher that completes the jobs of the jobs queue
+// named queue: it keeps them as completed for the queue's Retention, or
+// deletes them where that is zero; it keeps one that recorded an output
+// either way.
+func (c *Client) completer(queue string) finish.Finisher {
+	return finish.New(c.jobSQL(), c.cfg.JobQueues[queue].Retention > 0, c.prepared)
 }
 
 // failJob records a failed attempt of a job: a snooze reschedules it

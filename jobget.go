@@ -35,8 +35,9 @@ const (
 	// JobStateRetrying is a job that was attempted before and waits for
 	// its next attempt (its backoff, or a worker), or whose lease ran out.
 	JobStateRetrying JobState = "retrying"
-	// JobStateCompleted is a job that completed, kept for
-	// Config.Retention; without it a completed job is deleted.
+	// JobStateCompleted is a job that completed, kept for its queue's
+	// Retention, or for its OutputRetention if it recorded an output;
+	// otherwise a completed job is deleted.
 	JobStateCompleted JobState = "completed"
 	// JobStateFailed is a job that used up its attempts or was cancelled
 	// (by its worker, with Cancel, or by JobCancel): a row of
@@ -100,7 +101,7 @@ type JobRecord struct {
 	LastError string
 	// Errors are the job's failed attempts, oldest first: the newest
 	// AttemptErrorsKept of them, kept while the job waits, after it
-	// completed (for Config.Retention), after it failed, and when
+	// completed (while it is kept), after it failed, and when
 	// RetryFailed puts it back. A job cancelled with JobCancel between
 	// attempts gains no entry: its Failed.Error says it was cancelled.
 	Errors AttemptErrors
@@ -108,7 +109,8 @@ type JobRecord struct {
 	// (a completed job's key is released), or nil.
 	UniqueKey *string
 	// Output is what the job's worker recorded with RecordOutput, for a
-	// completed job kept for Config.Retention; nil otherwise.
+	// completed job (kept for at least its queue's OutputRetention); nil
+	// otherwise.
 	Output json.RawMessage
 	// Failed is the job's row of bunqueue_failed_jobs when State is
 	// JobStateFailed (its ID is the one RetryFailed and DeleteFailed
@@ -193,7 +195,7 @@ func (c *Client) JobGet(ctx context.Context, id int64) (*JobRecord, error) {
 func (c *Client) JobGetTx(ctx context.Context, db bun.IDB, id int64) (*JobRecord, error) {
 	rec, err := c.getJob(ctx, db, id)
 	if err != nil {
-		return nil, fmt.Errorf("bunqueue: get job %d: %w", id, c.notMigrated(err))
+		return nil, errorf("bunqueue: get job %d: %w", id, c.notMigrated(err))
 	}
 	return &rec, nil
 }

@@ -87,7 +87,7 @@ const (
 
 // JobList lists the jobs that filter selects, newest first, a page at a
 // time: from the jobs table (pending, scheduled, running, retrying, and
-// completed while Config.Retention keeps them) and from the failed jobs
+// completed while their queue keeps them) and from the failed jobs
 // (failed and cancelled, by their job id). Each page is read with a
 // keyset on the id, through indexes whose columns are the state, the
 // queue or kind when the filter has one, and the id (schema version 4):

@@ -29,6 +29,6 @@ func Cancel(err error) error {
 
 type cancelError struct{ err error }
 
-func (e *cancelError) Error() string { return "bunqueue: job cancelled: " + e.err.Error() }
+func (e *cancelError) Error() string { return "bunqueue: job cancelled: " + unprefixed(e.err) }
 
 func (e *cancelError) Unwrap() error { return e.err }

@@ -12,6 +12,7 @@ import (
 	"github.com/bunqueue/bunqueue/internal/claim"
 	"github.com/bunqueue/bunqueue/internal/claimconn"
 	"github.com/bunqueue/bunqueue/internal/engine"
+	"github.com/bunqueue/bunqueue/internal/finish"
 	"github.com/bunqueue/bunqueue/internal/jobsql"
 	"github.com/bunqueue/bunqueue/internal/lease"
 )
@@ -35,8 +36,10 @@ func (c *Client) jobRunner(name string, qc JobQueueConfig) *runner {
 	if qc.Mode == ModeLease {
 		// For its claims, which leave out the full keys, and its rates.
 		claims := &QueueConfig[jobRow]{KeyColumn: keyColumn(qc), KeyLimit: qc.KeyLimit, RateLimit: qc.RateLimit, KeyRate: qc.KeyRate}
+		env := *c.leases
+		env.Finisher = func() finish.Finisher { return c.completer(name) } // the queue's retention
 		l := &lease.Runner{Queue: name, Jobs: jobsQueue(c, name, leaseHandler, claims).eng, Slots: c.newSlots(name, qc.GlobalLimit),
-			Lease: qc.Lease, Timeout: qc.Timeout, KeyRatePer: qc.KeyRate.Per, Run: c.runLeased(h), Env: c.leases}
+			Lease: qc.Lease, Timeout: qc.Timeout, KeyRatePer: qc.KeyRate.Per, Run: c.runLeased(h), Env: &env}
 		return &runner{
 			Queue: engine.Queue{Name: name, Settings: engine.Settings{Workers: limitedWorkers(qc.Workers, qc.GlobalLimit), Batch: qc.BatchSize, SelfSized: qc.selfSized, Poll: qc.PollInterval},
 				Wake: make(chan struct{}, 1), PerKey: perKey(l.Jobs.KeyLimit), Work: l},
@@ -63,10 +66,17 @@ func (c *Client) jobRunner(name string, qc JobQueueConfig) *runner {
 	q.eng.Trusted = true // completion and failure always take the row out
 	q.eng.Complete = func(ctx context.Context, tx bun.Tx, prep bool, rows []*jobRow) error {
 		ids := make([]int64, len(rows))
+		var outputs map[int64][]byte // nil unless a worker recorded one
 		for i, row := range rows {
 			ids[i] = row.ID
+			if row.Output != nil {
+				if outputs == nil {
+					outputs = map[int64][]byte{}
+				}
+				outputs[row.ID] = row.Output
+			}
 		}
-		return c.finisher().CompleteHeld(ctx, tx, prep, ids)
+		return c.completer(name).CompleteHeld(ctx, tx, prep, ids, outputs)
 	}
 	q.eng.Creator = func(row *jobRow) context.Context { return c.tel.Extract(row.TraceContext) }
 	q.eng.Attrs = func(row *jobRow) []attribute.KeyValue {
@@ -148,21 +158,27 @@ func (c *Client) jobDepth(queue string) func(ctx context.Context, limit int) (in
 // returned nil, in one statement before it commits (Queue.complete).
 func (c *Client) runLocked(ctx context.Context, tx bun.Tx, row *jobRow, h hooks) error {
 	c.startedJob(ctx, row)
-	ctx = withOutput(ctx, &jobOutput{c: c, id: row.ID, tx: tx})
+	out := &jobOutput{id: row.ID}
+	ctx = withOutput(ctx, out)
 	run := c.kinds[row.Kind]
-	return h.run(ctx, func() *WorkInfo { return jobWorkInfo(row, row.Attempts+1) }, func() error {
+	row.Output = nil
+	err := h.run(ctx, func() *WorkInfo { return jobWorkInfo(row, row.Attempts+1) }, func() error {
 		if run == nil {
 			return errNoWorker(row.Kind)
 		}
 		return run(ctx, tx, row, row.Attempts+1)
 	})
+	if err == nil {
+		row.Output = out.recorded() // for the batch's completion (q.eng.Complete)
+	}
+	return err
 }
 
 // runLeased returns the Run of a lease-mode queue whose hooks are h: it
 // runs a leased job's worker (see lease.Runner.Run).
 func (c *Client) runLeased(h hooks) func(ctx context.Context, row *jobRow) ([]byte, error) {
 	return func(ctx context.Context, row *jobRow) ([]byte, error) {
-		out := &jobOutput{c: c, id: row.ID}
+		out := &jobOutput{id: row.ID}
 		ctx = withOutput(ctx, out)
 		run := c.kinds[row.Kind]
 		c.startedJob(ctx, row)

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-
-	"github.com/uptrace/bun"
 )
 
 // MaxOutputBytes is the most bytes of JSON that RecordOutput stores.
@@ -24,29 +22,30 @@ var (
 
 // RecordOutput records v, as JSON, as the output of the job whose
 // worker's context ctx is: JobGet returns it in JobRecord.Output once the
-// job completed, while Config.Retention keeps it (without Retention a
-// completed job is deleted, and its output checked and dropped). Call it
-// from the worker, before it returns; a later call replaces the output.
-// In lock mode it is written at once through the job's transaction, so
-// it commits with the completion, and is undone with the worker's other
-// writes if the attempt fails; in lease mode it is kept in memory and
-// stored by the completion's UPDATE. An attempt that does not complete
-// keeps no output. A value whose JSON has more than MaxOutputBytes is an
-// error that wraps ErrOutputTooLarge; a context that is not a worker's,
-// ErrNotInWorker.
+// job completed. The job is then kept as completed for at least its
+// queue's OutputRetention (a day by default), even where its Retention
+// is zero and a job that recorded no output is deleted as it completes.
+// Call it from the worker, before it returns; a later call replaces the
+// output. It is kept in memory and stored by the statement that
+// completes the job (in lock mode, in the job's transaction, with the
+// worker's other writes), in place of the DELETE or UPDATE that would
+// have completed it: an attempt that does not complete stores nothing. A
+// value whose JSON has more than MaxOutputBytes is an error that wraps
+// ErrOutputTooLarge; a context that is not a worker's, ErrNotInWorker.
 func RecordOutput(ctx context.Context, v any) error {
 	o, _ := ctx.Value(outputKey{}).(*jobOutput)
 	if o == nil {
-		return fmt.Errorf("bunqueue: RecordOutput: %w", ErrNotInWorker)
+		return errorf("bunqueue: RecordOutput: %w", ErrNotInWorker)
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("bunqueue: RecordOutput: encode the output of job %d as JSON: %w", o.id, err)
 	}
 	if len(b) > MaxOutputBytes {
-		return fmt.Errorf("bunqueue: RecordOutput: job %d: %w: its JSON has %d bytes, more than MaxOutputBytes (%d)", o.id, ErrOutputTooLarge, len(b), MaxOutputBytes)
+		return errorf("bunqueue: RecordOutput: job %d: %w: its JSON has %d bytes, more than MaxOutputBytes (%d)", o.id, ErrOutputTooLarge, len(b), MaxOutputBytes)
 	}
-	return o.record(ctx, b)
+	o.record(b)
+	return nil
 }
 
 // outputKey is the context key of a running job's *jobOutput.
@@ -56,28 +55,18 @@ func withOutput(ctx context.Context, o *jobOutput) context.Context {
 	return context.WithValue(ctx, outputKey{}, o)
 }
 
-// jobOutput is where RecordOutput puts a running job's output: through
-// tx, the job's transaction, in lock mode; in memory, for the
-// completion, in lease mode (tx nil).
+// jobOutput is where RecordOutput puts a running job's output, in
+// memory, for the statement that completes the job.
 type jobOutput struct {
-	c  *Client
 	id int64
-	tx bun.Tx
 	mu sync.Mutex
 	b  []byte
 }
 
-func (o *jobOutput) record(ctx context.Context, b []byte) error {
+func (o *jobOutput) record(b []byte) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.tx.Tx == nil || o.c.cfg.Retention <= 0 { // lease mode, or dropped with the job
-		o.b = b
-		return nil
-	}
-	if err := o.c.jobSQL().SetOutput(ctx, o.tx, o.id, b); err != nil {
-		return fmt.Errorf("bunqueue: RecordOutput: job %d: %w", o.id, err)
-	}
-	return nil
+	o.b = b
 }
 
 // recorded returns the output recorded in memory, or nil.

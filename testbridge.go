@@ -68,7 +68,7 @@ func (c *Client) workResult(ctx context.Context, row *jobRow, res engine.Result)
 		return testbridge.Result{Outcome: outcomeCompleted, Attempt: attempt}, nil
 	case len(res.ItemErrs) > 0 && errors.As(res.ItemErrs[0], &ie):
 		if !ie.Recorded || ie.job == nil || ie.job.outcome == outcomeReleased {
-			return testbridge.Result{}, fmt.Errorf("bunqueue: job %d ran, but what became of it was not recorded; it is still in its queue: %w", row.ID, ie)
+			return testbridge.Result{}, errorf("bunqueue: job %d ran, but what became of it was not recorded; it is still in its queue: %w", row.ID, ie)
 		}
 		return testbridge.Result{Outcome: ie.job.outcome, Err: ie.Err, RetryIn: ie.job.after, Attempt: ie.job.attempt}, nil
 	case res.Claimed > 0:

@@ -111,8 +111,8 @@ func requireEnqueued[T bunqueue.JobArgs](ctx context.Context, t testing.TB, fn s
 			fn, jobsMatch(len(s.matched), s.kind), s.list(s.matched))
 		return nil
 	case len(s.others) > 0:
-		t.Fatalf("bunqueuetest: %s: no pending job of kind %q matches; %d of the kind differ, the closest first:\n%s",
-			fn, s.kind, len(s.others), s.list(s.others))
+		t.Fatalf("bunqueuetest: %s: no pending job of kind %q matches; %s:\n%s",
+			fn, s.kind, othersDiffer(len(s.others)), s.list(s.others))
 		return nil
 	}
 	t.Fatalf("bunqueuetest: %s: no pending job of kind %q; %s", fn, s.kind, s.kinds(ctx, db))

@@ -220,6 +220,15 @@ func stamp(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.9999
 
 // jobsMatch is "1 pending job of kind k matches" or "n pending jobs of
 // kind k match".
+// othersDiffer says that the n pending jobs of the kind that a check
+// lists instead differ from what it wants.
+func othersDiffer(n int) string {
+	if n == 1 {
+		return "the one pending job of the kind differs"
+	}
+	return fmt.Sprintf("the %d pending jobs of the kind differ, the closest first", n)
+}
+
 func jobsMatch(n int, kind string) string {
 	if n == 1 {
 		return fmt.Sprintf("1 pending job of kind %q matches", kind)

@@ -14,7 +14,8 @@ type Outcome string
 
 const (
 	// Completed: the worker returned nil and the job completed (it was
-	// deleted, or kept as completed for Config.Retention).
+	// deleted, or kept as completed for its queue's retention or its
+	// output's).
 	Completed Outcome = "completed"
 	// Retried: the worker failed and the job waits for a retry, after
 	// the backoff (WorkResult.RetryIn).

@@ -34,22 +34,29 @@ type Prepared func(ctx context.Context, tx bun.Tx, op, table, text string, fn fu
 // Finisher writes jobs' new states. Its zero value is not usable: see New.
 type Finisher struct {
 	sql      jobsql.SQL
-	keep     bool     // completed jobs are kept (for their retention)
+	keep     bool     // completed jobs are kept (for their queue's retention)
 	prepared Prepared // nil: every statement runs as text
 }
 
-// New returns a Finisher that writes with s; keep says that completed
-// jobs are kept as completed rather than deleted; prepared, if not nil,
-// runs the lock-mode completion of one job as a prepared statement.
+// New returns a Finisher that writes with s; keep says that the jobs it
+// completes are kept as completed rather than deleted (those that
+// recorded an output are kept either way); prepared, if not nil, runs the
+// lock-mode completion of one job as a prepared statement.
 func New(s jobsql.SQL, keep bool, prepared Prepared) Finisher {
 	return Finisher{sql: s, keep: keep, prepared: prepared}
 }
 
 // CompleteHeld completes the jobs of ids, which tx holds locked (lock
-// mode), counting the attempt they ran: one job by its prepared
-// statement when prep and there is one, several by one statement.
-// Final: completed.
-func (f Finisher) CompleteHeld(ctx context.Context, tx bun.Tx, prep bool, ids []int64) error {
+// mode), counting the attempt they ran, and keeps, with its output, each
+// that recorded one (by id in outputs; nil: none did). Those without an
+// output are completed by one statement (keepOutputs): one job by its
+// prepared statement when prep and there is one, several by one
+// statement. Final: completed.
+func (f Finisher) CompleteHeld(ctx context.Context, tx bun.Tx, prep bool, ids []int64, outputs map[int64][]byte) error {
+	ids, err := f.keepOutputs(ctx, tx, ids, "", outputs)
+	if err != nil || len(ids) == 0 {
+		return err
+	}
 	if len(ids) != 1 {
 		return f.sql.CompleteHeld(ctx, tx, f.keep, ids)
 	}
@@ -64,38 +71,60 @@ func (f Finisher) CompleteHeld(ctx context.Context, tx bun.Tx, prep bool, ids []
 			return err
 		}
 	}
-	_, err := tx.NewRaw(f.sql.CompleteOne(f.keep, "?"), ids[0]).Exec(ctx)
+	_, err = tx.NewRaw(f.sql.CompleteOne(f.keep, "?"), ids[0]).Exec(ctx)
 	return err
 }
 
 // CompleteLeased completes those of the jobs of ids that are still
-// leased with token (lease mode), storing, where completed jobs are
-// kept, the outputs their workers recorded (by id; nil: none). It locks
-// them in the order of their ids, as every completion does, and returns
-// the ids it completed. Final: completed.
+// leased with token (lease mode), and keeps, with its output, each that
+// recorded one (by id in outputs; nil: none did). It locks them in the
+// order of their ids, as every completion does, and returns the ids it
+// completed. Final: completed.
 func (f Finisher) CompleteLeased(ctx context.Context, tx bun.Tx, ids []int64, token string, outputs map[int64][]byte) ([]int64, error) {
 	held, err := f.sql.LockLeased(ctx, tx, ids, token)
 	if err != nil || len(held) == 0 {
 		return nil, err
 	}
-	if f.keep {
-		for _, id := range held {
-			if out := outputs[id]; out != nil {
-				if err := f.sql.SetOutput(ctx, tx, id, out); err != nil {
-					return nil, err
-				}
-			}
-		}
+	rest, err := f.keepOutputs(ctx, tx, held, token, outputs)
+	if err == nil && len(rest) > 0 {
+		err = f.sql.CompleteLeased(ctx, tx, f.keep, rest)
 	}
-	return held, f.sql.CompleteLeased(ctx, tx, f.keep, held)
+	if err != nil {
+		return nil, err
+	}
+	return held, nil
 }
 
 // CompleteLease completes the job id if it is still leased with token
-// (lease mode, a job completed on its own), with output as its output
-// where completed jobs are kept (nil: none recorded). It reports whether
-// it completed the job. Final: completed.
+// (lease mode, a job completed on its own), kept with output as its
+// output if it recorded one (nil: none). It reports whether it completed
+// the job. Final: completed.
 func (f Finisher) CompleteLease(ctx context.Context, tx bun.Tx, id int64, token string, output []byte) (bool, error) {
-	return f.sql.Complete(ctx, tx, f.keep, id, token, output)
+	return f.sql.Complete(ctx, tx, f.keep || output != nil, id, token, output)
+}
+
+// keepOutputs completes the jobs of ids, which tx holds (with a lease
+// token, leased with it), that recorded an output: each is kept as
+// completed with its output, by one UPDATE that stands in the statement
+// that would have completed it, whatever the queue's retention. It
+// returns the ids of the others, for the caller to complete. Without
+// outputs, the default, it runs nothing and returns ids.
+func (f Finisher) keepOutputs(ctx context.Context, tx bun.Tx, ids []int64, token string, outputs map[int64][]byte) ([]int64, error) {
+	if len(outputs) == 0 {
+		return ids, nil
+	}
+	rest := make([]int64, 0, len(ids))
+	for _, id := range ids {
+		out := outputs[id]
+		if out == nil {
+			rest = append(rest, id)
+			continue
+		}
+		if _, err := f.sql.Complete(ctx, tx, true, id, token, out); err != nil {
+			return nil, err
+		}
+	}
+	return rest, nil
 }
 
 // Release gives the job id back to its queue at once, if it is still
@@ -164,9 +193,10 @@ func (f Finisher) Revive(ctx context.Context, tx bun.Tx, failedID, newID int64, 
 	return err
 }
 
-// Purge deletes up to limit of the jobs kept completed that completed
-// more than age ago, oldest first, and returns how many it found due:
-// fewer than limit when no more are.
-func (f Finisher) Purge(ctx context.Context, tx bun.Tx, age time.Duration, limit int) (int, error) {
-	return f.sql.DeleteCompleted(ctx, tx, age, limit)
+// Purge deletes up to limit of the jobs of queues kept completed that
+// completed more than age ago, oldest first (with bare, only those that
+// recorded no output), and returns how many it found due: fewer than
+// limit when no more are.
+func (f Finisher) Purge(ctx context.Context, tx bun.Tx, queues []string, age time.Duration, bare bool, limit int) (int, error) {
+	return f.sql.DeleteCompleted(ctx, tx, queues, age, bare, limit)
 }

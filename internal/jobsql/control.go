@@ -79,11 +79,6 @@ func (s SQL) DeleteFailedByJobID(ctx context.Context, db bun.IDB, id int64) (boo
 	return affected(db.NewRaw("DELETE FROM "+Failed+" WHERE job_id = ?", id).Exec(ctx))
 }
 
-// SetOutput stores output as the job id's, which tx holds locked.
-func (s SQL) SetOutput(ctx context.Context, tx bun.IDB, id int64, output []byte) error {
-	return exec(ctx, tx, "UPDATE "+Jobs+" SET output = ? WHERE id = ?", output, id)
-}
-
 // WaitingState is one of the states of a job of the jobs table whose state
 // column is Waiting, told apart by other columns: JobList's pending,
 // scheduled, retrying and running.

@@ -9,8 +9,8 @@ import (
 )
 
 // completion returns the statement that completes the jobs its WHERE
-// clause (to be appended) picks: a DELETE, or, to keep them (for
-// Config.Retention), an UPDATE to Completed.
+// clause (to be appended) picks: a DELETE, or, to keep them (for their
+// queue's retention), an UPDATE to Completed.
 func (s SQL) completion(keep bool) string {
 	if keep {
 		return "UPDATE " + Jobs + " SET " + s.completedSet(true) + " WHERE "
@@ -117,14 +117,25 @@ FROM `+Jobs+` WHERE `+where, append(front, args...)...).Exec(ctx))
 	return affected(db.NewRaw("DELETE FROM "+Jobs+" WHERE id = ?", id).Exec(ctx))
 }
 
-// DeleteCompleted deletes, by primary key, up to limit of the jobs kept
-// completed that completed more than age ago, oldest first, read through
-// the (state, completed_at, id) index. It returns how many it found to
-// delete: fewer than limit when no more are due.
-func (s SQL) DeleteCompleted(ctx context.Context, db bun.IDB, age time.Duration, limit int) (int, error) {
+// CompletedIndex is the jobs table's index on (state, completed_at, id),
+// as migrate creates it, through which the cleaner finds the completed
+// jobs that are due.
+const CompletedIndex = "bunqueue_jobs_completed"
+
+// DeleteCompleted deletes, by primary key, up to limit of the jobs of
+// queues kept completed that completed more than age ago, oldest first;
+// with bare, only those that recorded no output. It reads through the
+// (state, completed_at, id) index, from its oldest entry, and steps over
+// the jobs of other queues (and, with bare, the outputs) among those
+// that completed before age. It returns how many it found to delete:
+// fewer than limit when no more are due.
+func (s SQL) DeleteCompleted(ctx context.Context, db bun.IDB, queues []string, age time.Duration, bare bool, limit int) (int, error) {
+	q := "SELECT id FROM " + Jobs + s.hint(CompletedIndex) + " WHERE state = ? AND completed_at < " + s.d.NowPlus(-age) + " AND queue IN (?)"
+	if bare {
+		q += " AND output IS NULL"
+	}
 	var ids []int64
-	err := db.NewRaw("SELECT id FROM "+Jobs+" WHERE state = ? AND completed_at < "+s.d.NowPlus(-age)+
-		" ORDER BY state, completed_at, id LIMIT "+strconv.Itoa(limit), Completed).Scan(ctx, &ids)
+	err := db.NewRaw(q+" ORDER BY state, completed_at, id LIMIT "+strconv.Itoa(limit), Completed, bun.List(queues)).Scan(ctx, &ids)
 	if err == nil && len(ids) > 0 {
 		err = exec(ctx, db, "DELETE FROM "+Jobs+" WHERE id IN (?) AND state = ?", bun.List(ids), Completed)
 	}

@@ -45,7 +45,8 @@ const (
 	// Waiting is a job that waits for its run_at, or runs: in lease mode,
 	// a leased job is waiting with its lease's end as run_at.
 	Waiting = 0
-	// Completed is a job that completed and is kept for Config.Retention.
+	// Completed is a job that completed and is kept: for its queue's
+	// retention, or for its output's.
 	Completed = 1
 )
 

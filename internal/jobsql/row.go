@@ -34,6 +34,10 @@ type Row struct {
 	// claim's statement ran, on this process's clock (see Row.Waited).
 	WaitedUS  int64     `bun:"waited_us,scanonly"`
 	ClaimedAt time.Time `bun:"-"`
+	// Output is what the worker of a lock-mode attempt recorded with
+	// RecordOutput, once it returned, for the statement that completes
+	// the job; nil if it recorded none. It is not read from the table.
+	Output []byte `bun:"-"`
 }
 
 // Waited is how long the job had been due when its worker starts it, now:

@@ -40,6 +40,12 @@ type bqtNone struct{}
 
 func (bqtNone) Kind() string { return "bq_test_bqtest_none" }
 
+type bqtSolo struct {
+	N int `json:"n"`
+}
+
+func (bqtSolo) Kind() string { return "bq_test_bqtest_solo" }
+
 // fakeTB records the failures of a check, which a real test's Fatalf
 // would end.
 type fakeTB struct {
@@ -120,6 +126,14 @@ func TestBunqueuetestRequire(t *testing.T) {
 		f.failed(t, "RequireEnqueuedOpts.RunAtWithin is set without RunAt")
 		bunqueuetest.RequireEnqueued(ctx, f, db, bqtNone{}, nil)
 		f.failed(t, `no pending job of kind "bq_test_bqtest_none"; pending jobs by kind: `, `"bq_test_bqtest" (`)
+		// The jobs that differ are counted in words that agree with
+		// their number.
+		enqueueOne(t, c, db, bqtSolo{N: 1}, &bunqueue.EnqueueOpts{Queue: queue})
+		bunqueuetest.RequireEnqueued(ctx, f, db, bqtSolo{N: 3}, nil)
+		f.failed(t, `no pending job of kind "bq_test_bqtest_solo" matches; the one pending job of the kind differs:`+"\n", "Args.N is 1, want 3")
+		enqueueOne(t, c, db, bqtSolo{N: 2}, &bunqueue.EnqueueOpts{Queue: queue})
+		bunqueuetest.RequireEnqueued(ctx, f, db, bqtSolo{N: 3}, nil)
+		f.failed(t, `no pending job of kind "bq_test_bqtest_solo" matches; the 2 pending jobs of the kind differ, the closest first:`+"\n")
 		bunqueuetest.RequireEnqueued(ctx, f, db, bqtArgs{}, nil) // the jobs of both queues (and of other tests)
 		f.failed(t, `pending jobs of kind "bq_test_bqtest" match, want exactly one`)
 		bunqueuetest.RequireNotEnqueued(ctx, f, db, bqtArgs{Name: "one"}, nil)

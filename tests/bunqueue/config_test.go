@@ -153,6 +153,38 @@ func TestConfigErrorsNameTheProblem(t *testing.T) {
 			want: "Config.PollInterval must not be negative, got -1s",
 		},
 		{
+			name: "negative Config.OutputRetention",
+			run: func(t *testing.T) error {
+				_, err := bunqueue.NewClient(db, &bunqueue.Config{OutputRetention: -time.Second})
+				return err
+			},
+			want: "Config.OutputRetention must not be negative, got -1s",
+		},
+		{
+			name: "negative JobQueueConfig.Retention",
+			run: func(t *testing.T) error {
+				_, err := bunqueue.NewClient(db, &bunqueue.Config{JobQueues: map[string]bunqueue.JobQueueConfig{"q": {Retention: -time.Minute}}})
+				return err
+			},
+			want: `Config.JobQueues["q"].Retention must not be negative, got -1m0s`,
+		},
+		{
+			name: "negative JobQueueConfig.OutputRetention",
+			run: func(t *testing.T) error {
+				_, err := bunqueue.NewClient(db, &bunqueue.Config{JobQueues: map[string]bunqueue.JobQueueConfig{"q": {OutputRetention: -time.Minute}}})
+				return err
+			},
+			want: `Config.JobQueues["q"].OutputRetention must not be negative, got -1m0s`,
+		},
+		{
+			name: "negative Config.Retention, inherited by a queue",
+			run: func(t *testing.T) error {
+				_, err := bunqueue.NewClient(db, &bunqueue.Config{Retention: -time.Second, JobQueues: map[string]bunqueue.JobQueueConfig{"q": {}}})
+				return err
+			},
+			want: "Config.Retention must not be negative, got -1s",
+		},
+		{
 			name: "a model without a primary key",
 			run: func(t *testing.T) error {
 				return newConfigClient(t).Add(bunqueue.NewQueue("nopk", configQuery, configHandler[configNoPK], nil))
