@@ -36,6 +36,13 @@
 // off by default. Options.Authorize decides, per request, what may be
 // read and done.
 //
+// Scripts use the same addresses: GET data.json, and the actions' POST
+// requests with the header "Accept: application/json", which answer
+// ActionResult, QueueResult or JobActionResult. With Options.APIToken, a
+// request with "Authorization: Bearer " and that token needs no CSRF
+// token (ViaAPIToken tells Authorize about it). docs/dashboard.md lists
+// every address, field and answer, with curl examples that a test runs.
+//
 // Everything shown is escaped: payloads and errors are untrusted. The
 // page loads nothing from other hosts, and its Content-Security-Policy
 // allows only its own script and style.
@@ -44,7 +51,10 @@ package dashboard
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"embed"
+	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
@@ -70,9 +80,10 @@ type Options struct {
 	// client's queues, and Retry, Cancel, Delete and Run now on jobs, one
 	// or a selection, in the job browser and on the job page. They are
 	// POST requests that carry the page's CSRF token (a signed token, in
-	// a SameSite=Strict cookie and in the form, that must match) and that
-	// the browser does not mark as cross-origin. Defaults to false: the
-	// dashboard only reads, and answers every action 403.
+	// a SameSite=Strict cookie and in the form, that must match), or a
+	// script's APIToken, and that the browser does not mark as
+	// cross-origin. Defaults to false: the dashboard only reads, and
+	// answers every action 403.
 	AllowActions bool
 	// Title is the page's title. Defaults to "bunqueue".
 	Title string
@@ -88,7 +99,9 @@ type Options struct {
 	// data.json, the action's name (ActionRetry, ActionCancel, …) for an
 	// action. A request it refuses is answered 403, saying so, and the
 	// pages hide the buttons of the actions it refuses. It cannot allow
-	// what AllowActions does not. Defaults to allowing every request.
+	// what AllowActions does not. ViaAPIToken(r) tells it a script's
+	// request, which carried APIToken. Defaults to allowing every
+	// request.
 	Authorize func(r *http.Request, action string) bool
 	// TraceURL, when set, returns the address of the trace traceID (32
 	// hexadecimal digits) in the app's tracing UI, for example
@@ -120,6 +133,32 @@ type Options struct {
 	// ClientName names New's client when there are Clients. Defaults
 	// to ClientNameDefault.
 	ClientName string
+	// APIToken, when set, lets scripts act without a browser session: a
+	// request whose Authorization header is "Bearer " and this token
+	// needs no CSRF token (a browser never sends such a header of its
+	// own accord, so no other site can make it send one), and
+	// ViaAPIToken reports true for it, in Authorize. It still needs
+	// AllowActions to act, and Authorize is asked as for any request. A
+	// request with another Bearer token is answered 401, whatever it
+	// asks. The token is compared in constant time, and the dashboard
+	// never shows or logs it. It must be at least APITokenMinLength
+	// characters of the RFC 6750 token alphabet (letters, digits,
+	// "-._~+/", then "=" at the end): for example 32 random bytes,
+	// hex-encoded. Defaults to none: every action needs the page's CSRF
+	// token, and an Authorization header is left to the app.
+	APIToken string
+}
+
+// validate reports the first option out of range, naming its field; it
+// never quotes APIToken.
+func (o *Options) validate() error {
+	switch {
+	case o.RefreshInterval < time.Second:
+		return errors.New("dashboard: Options.RefreshInterval must be at least one second")
+	case o.PageSize < 1 || o.PageSize > 1000:
+		return errors.New("dashboard: Options.PageSize must be within 1..1000")
+	}
+	return validAPIToken(o.APIToken)
 }
 
 //go:embed templates/*.html
@@ -134,6 +173,7 @@ type handler struct {
 	clients []Client         // New's first, then Options.Clients
 	opts    Options
 	key     []byte
+	token   *[sha256.Size]byte // the hash of Options.APIToken, or nil
 	pages   *template.Template
 	assets  http.Handler
 	origins *http.CrossOriginProtection
@@ -163,14 +203,11 @@ func New(client *bunqueue.Client, opts *Options) http.Handler {
 	if o.RefreshInterval == 0 {
 		o.RefreshInterval = RefreshIntervalDefault
 	}
-	if o.RefreshInterval < time.Second {
-		panic("dashboard: Options.RefreshInterval must be at least one second")
-	}
 	if o.PageSize == 0 {
 		o.PageSize = PageSizeDefault
 	}
-	if o.PageSize < 1 || o.PageSize > 1000 {
-		panic("dashboard: Options.PageSize must be within 1..1000")
+	if err := o.validate(); err != nil {
+		panic(err.Error())
 	}
 	key := o.CSRFKey
 	if len(key) == 0 {
@@ -181,7 +218,10 @@ func New(client *bunqueue.Client, opts *Options) http.Handler {
 	if err != nil {
 		panic(err)
 	}
+	token := apiTokenSum(o.APIToken)
+	o.APIToken = "" // only its hash is kept
 	return &handler{
+		token:   token,
 		client:  client,
 		clients: clientsOf(client, o),
 		opts:    o,
@@ -202,9 +242,19 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("X-Frame-Options", "DENY")
 	hdr.Set("Referrer-Policy", "same-origin")
 	path := r.URL.Path
-	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && !h.allowed(r, ActionView) {
-		http.Error(w, "bunqueue dashboard: "+h.refusal(ActionView), http.StatusForbidden)
-		return
+	r = h.authenticate(r)
+	if tokenOf(r) == tokenRefused {
+		hdr.Set("WWW-Authenticate", wwwAuthenticate)
+	}
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		switch {
+		case tokenOf(r) == tokenRefused:
+			h.refuseRead(w, r, http.StatusUnauthorized, tokenRefusal)
+			return
+		case !h.allowed(r, ActionView):
+			h.refuseRead(w, r, http.StatusForbidden, h.refusal(ActionView))
+			return
+		}
 	}
 	switch {
 	case path == "/" || path == "":
@@ -223,8 +273,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.get(w, r, h.ofClient(h.job))
 	case path == "/job-action":
 		h.jobAction(w, r)
-	case path == "/retry" || path == "/delete" || path == "/pause" || path == "/resume":
-		h.action(w, r, path[1:])
+	case path == "/retry" || path == "/delete":
+		h.failedAction(w, r, path[1:])
+	case path == "/pause" || path == "/resume":
+		h.queueAction(w, r, path[1:])
 	case len(path) > len("/assets/") && path[:len("/assets/")] == "/assets/":
 		h.get(w, r, h.assets.ServeHTTP)
 	default:
@@ -236,10 +288,31 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *handler) get(w http.ResponseWriter, r *http.Request, serve http.HandlerFunc) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		h.refuseRead(w, r, http.StatusMethodNotAllowed, "use GET")
 		return
 	}
 	serve(w, r)
+}
+
+// ErrorResult is the JSON answer to a request of data.json that is
+// refused: 401 (a Bearer token that is not Options.APIToken), 403
+// (Options.Authorize refused it) or 405 (not a GET or HEAD).
+type ErrorResult struct {
+	// Error says why, in words.
+	Error string `json:"error"`
+}
+
+// refuseRead answers a refused read of r with status and msg: an
+// ErrorResult for data.json, else text.
+func (h *handler) refuseRead(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	if r.URL.Path == "/data.json" {
+		writeJSON(w, status, ErrorResult{Error: msg})
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, "bunqueue dashboard: %s\n", msg)
 }
 
 // stats returns the stats of every client, read at most once a second,
