@@ -57,7 +57,7 @@ var funcs = template.FuncMap{
 		}
 		return "./?" + q.Encode()
 	},
-	"when": when,
+	"when": whenOf,
 	"firstLine": func(s string) string {
 		line, _, more := strings.Cut(s, "\n")
 		if r := []rune(line); len(r) > 120 {
