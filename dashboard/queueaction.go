@@ -29,7 +29,8 @@ type QueueResult struct {
 
 // queueAction serves POST pause or resume (what): it pauses or resumes
 // the queue of the form's name, for every process, through the client of
-// the form's client (New's if empty).
+// the form's client (New's if empty). A browser's form comes back to the
+// overview, or to the queue's page when its field back is "queue".
 func (h *handler) queueAction(w http.ResponseWriter, r *http.Request, what string) {
 	res := QueueResult{Action: what}
 	refuse := func(status int, msg string) {
@@ -76,7 +77,11 @@ func (h *handler) queueAction(w http.ResponseWriter, r *http.Request, what strin
 	if len(h.clients) > 1 {
 		back.Set(clientParam, h.clients[owner].Name)
 	}
-	w.Header().Set("Location", "./?"+back.Encode())
+	page := "./" // the overview's, or the queue page's (the form's back)
+	if r.PostFormValue("back") == "queue" {
+		page = "queue"
+	}
+	w.Header().Set("Location", page+"?"+back.Encode())
 	w.WriteHeader(http.StatusSeeOther)
 }
 

@@ -29,6 +29,9 @@ type queueView struct {
 	FailedRowsError string
 	// RecentLimit is bunqueue.RecentFailuresLimit.
 	RecentLimit int
+	// Notice says what the action the page comes back from did (a pause
+	// or a resume), or "".
+	Notice string
 	// Problem is why the page cannot show the queue; JobsQueue tells that
 	// the name is a jobs queue's, whose jobs the job browser lists.
 	Problem   string
@@ -76,6 +79,7 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 			q.Set(clientParam, v.Client)
 		}
 		v.Live, v.RefreshMS = "queue-live?"+q.Encode(), h.opts.RefreshInterval.Milliseconds()
+		v.Notice = h.notice(r)
 	}
 	h.renderStatus(w, status, "queue", v)
 }
