@@ -8,9 +8,10 @@
 // depth, rows in flight, rows processed and failed in the last minute and
 // hour, workers, the limits in force, paused or not), charts of each queue's last hour (processed and failed
 // per minute, from Client.History, and the depth the dashboard read each
-// minute, drawn as inline SVG by the server), the latest failures in
-// this process, and the failed jobs, newest first, a page at a time,
-// with their payload, error, attempts and time. With Options.Clients it
+// minute, drawn as inline SVG by the server), the failed jobs, newest
+// first, a page at a time, with their payload, error, attempts and time,
+// and the latest failures in this process, grouped by queue and error,
+// ten groups a page. With Options.Clients it
 // lists the queues of several clients, each row naming its client. It
 // refreshes itself every Options.RefreshInterval
 // without reloading. GET data.json returns the same data as JSON.

@@ -79,7 +79,7 @@ func (h *handler) failedAction(w http.ResponseWriter, r *http.Request, what stri
 	if res.NewJobID > 0 {
 		back.Set("job", strconv.FormatInt(res.NewJobID, 10))
 	}
-	for _, k := range []string{"queue", "kind", "before"} {
+	for _, k := range []string{"queue", "kind", "before", recentParam} {
 		if v := r.PostFormValue(k); v != "" {
 			back.Set(k, v)
 		}

@@ -21,6 +21,9 @@ type view struct {
 	Notice    string
 	Query     string // the filter as a query string, for the refresh
 	Charts    []queueCharts
+	// Failures are the page of recent failures' groups shown, of the
+	// query's recent.
+	Failures failurePage
 	// JSON is the href of the page's data.json link, with the filter: a
 	// template.URL, so that html/template does not escape the query
 	// string, which url.Values.Encode has escaped already, a second time.
@@ -40,24 +43,10 @@ var funcs = template.FuncMap{
 	},
 	"stamp": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05") },
 	"iso":   func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
-	// page returns the query string of a page of failed jobs.
-	"page": func(f Filter, before *int64) string {
-		q := url.Values{}
-		if f.Queue != "" {
-			q.Set("queue", f.Queue)
-		}
-		if f.Kind != "" {
-			q.Set("kind", f.Kind)
-		}
-		if before != nil {
-			q.Set("before", strconv.FormatInt(*before, 10))
-		}
-		if len(q) == 0 {
-			return "./"
-		}
-		return "./?" + q.Encode()
-	},
-	"when": whenOf,
+	"when":  whenOf,
+	"inc":   func(n int) int { return n + 1 },
+	"dec":   func(n int) int { return n - 1 },
+	"href":  href,
 	"firstLine": func(s string) string {
 		line, _, more := strings.Cut(s, "\n")
 		if r := []rune(line); len(r) > 120 {
@@ -73,26 +62,70 @@ var funcs = template.FuncMap{
 // view returns the template data of r.
 func (h *handler) view(w http.ResponseWriter, r *http.Request) *view {
 	d := h.data(r)
-	v := &view{Data: d, Title: h.opts.Title, RefreshMS: h.opts.RefreshInterval.Milliseconds(), Notice: h.notice(r), Charts: namedCharts(chartsOf(d.History), d.QueueClients)}
+	v := &view{Data: d, Title: h.opts.Title, RefreshMS: h.opts.RefreshInterval.Milliseconds(), Notice: h.notice(r), Charts: namedCharts(chartsOf(d.History), d.QueueClients),
+		Failures: h.groupFailures(d, recentPageOf(r.URL.Query()))}
 	if h.opts.AllowActions {
 		v.CSRF = h.csrfToken(w, r)
 	}
-	q := url.Values{}
-	if d.Filter.Queue != "" {
-		q.Set("queue", d.Filter.Queue)
-	}
-	if d.Filter.Kind != "" {
-		q.Set("kind", d.Filter.Kind)
-	}
-	if d.Filter.BeforeID > 0 {
-		q.Set("before", strconv.FormatInt(d.Filter.BeforeID, 10))
-	}
-	v.Query = q.Encode()
+	v.Query = v.query(d.Filter.BeforeID, v.Failures.Page)
 	v.JSON = "data.json"
 	if v.Query != "" {
 		v.JSON += template.URL("?" + v.Query)
 	}
 	return v
+}
+
+// query returns the overview's query string: its filter of failed jobs,
+// their page before, and the page recent of the recent failures.
+func (v *view) query(before int64, recent int) string {
+	q := url.Values{}
+	if v.Filter.Queue != "" {
+		q.Set("queue", v.Filter.Queue)
+	}
+	if v.Filter.Kind != "" {
+		q.Set("kind", v.Filter.Kind)
+	}
+	if before > 0 {
+		q.Set("before", strconv.FormatInt(before, 10))
+	}
+	if recent > 1 {
+		q.Set(recentParam, strconv.Itoa(recent))
+	}
+	return q.Encode()
+}
+
+// href returns the relative address of the overview of query q.
+func href(q string) string {
+	if q == "" {
+		return "./"
+	}
+	return "./?" + q
+}
+
+// FailedPage returns the address of the overview's page of failed jobs
+// below before (nil: the newest), keeping the page of recent failures.
+func (v *view) FailedPage(before *int64) string {
+	b := int64(0)
+	if before != nil {
+		b = *before
+	}
+	return href(v.query(b, v.Failures.Page))
+}
+
+// Cleared returns the address of the overview without the filter of
+// failed jobs, keeping the page of recent failures.
+func (v *view) Cleared() string {
+	q := url.Values{}
+	if v.Failures.Page > 1 {
+		q.Set(recentParam, strconv.Itoa(v.Failures.Page))
+	}
+	return href(q.Encode())
+}
+
+// RecentPage returns the address of the overview's page n of recent
+// failures, keeping the page of failed jobs.
+func (v *view) RecentPage(n int) string {
+	return href(v.query(v.Filter.BeforeID, n))
 }
 
 // notice is the message shown after an action that the browser posted
