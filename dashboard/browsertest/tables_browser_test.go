@@ -50,7 +50,7 @@ func TestQueuePageInBrowser(t *testing.T) {
 
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Click(chromedp.ID("pause-button")),
-		chromedp.WaitVisible(chromedp.ID("notice")),
+		chromedp.WaitVisible(chromedp.CSS(`#pause-form[data-action="resume"]`)), // the page it came back to
 	))
 	notice, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("notice")))
 	require.NoError(t, err)
@@ -62,9 +62,11 @@ func TestQueuePageInBrowser(t *testing.T) {
 	screenshot(t, ctx, "queue-paused-by-button")
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Click(chromedp.ID("pause-button")),
-		chromedp.WaitVisible(chromedp.ID("notice")),
-		chromedp.Poll[chromedp.Void](`document.getElementById("state").textContent === "running"`),
+		chromedp.WaitVisible(chromedp.CSS(`#pause-form[data-action="pause"]`)),
 	))
+	state, err = chromedp.Run(ctx, chromedp.Text(chromedp.ID("state")))
+	require.NoError(t, err)
+	require.Equal(t, "running", state)
 	require.False(t, pausedIn(t, f.client, f.queue))
 	checkConsole()
 }
