@@ -23,7 +23,8 @@
 // error (Client.JobGet). GET queue?name=… is a table queue's page: its
 // figures and last hour, the rows failing in this process by their own
 // primary key, and, with Options.FailedRows, the rows the app's table
-// says failed for good, refreshing itself as the overview does. With
+// says failed for good, each with a Retry button when the app gives
+// Options.RetryRow, refreshing itself as the overview does. With
 // Options.Clients, the query parameter client (a client's name) chooses
 // whose jobs or queue these pages show, and whose jobs an action acts
 // on; New's client's by default. The pages call the public API of
@@ -39,10 +40,11 @@
 //
 // Scripts use the same addresses: GET data.json, and the actions' POST
 // requests with the header "Accept: application/json", which answer
-// ActionResult, QueueResult or JobActionResult. With Options.APIToken, a
-// request with "Authorization: Bearer " and that token needs no CSRF
-// token (ViaAPIToken tells Authorize about it). docs/dashboard.md lists
-// every address, field and answer, with curl examples that a test runs.
+// ActionResult, QueueResult, JobActionResult or RowActionResult. With
+// Options.APIToken, a request with "Authorization: Bearer " and that
+// token needs no CSRF token (ViaAPIToken tells Authorize about it).
+// docs/dashboard.md lists every address, field and answer, with curl
+// examples that a test runs.
 //
 // Everything shown is escaped: payloads and errors are untrusted. The
 // page loads nothing from other hosts, and its Content-Security-Policy
@@ -58,7 +60,9 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -78,8 +82,9 @@ const (
 type Options struct {
 	// AllowActions shows the buttons of the actions and accepts them:
 	// Retry and Delete on failed jobs, Pause or Resume on each of the
-	// client's queues, and Retry, Cancel, Delete and Run now on jobs, one
-	// or a selection, in the job browser and on the job page. They are
+	// client's queues, Retry, Cancel, Delete and Run now on jobs, one or
+	// a selection, in the job browser and on the job page, and Retry on a
+	// table's failed rows (RetryRow) on the queue's page. They are
 	// POST requests that carry the page's CSRF token (a signed token, in
 	// a SameSite=Strict cookie and in the form, that must match), or a
 	// script's APIToken, and that the browser does not mark as
@@ -118,6 +123,20 @@ type Options struct {
 	// of a queue of any of the dashboard's clients. Defaults to none: the
 	// page shows only the failures this process saw.
 	FailedRows map[string]func(ctx context.Context) ([]FailedRow, error)
+	// RetryRow, when set, retries a row of a table queue that failed for
+	// good, by queue name: the queue's page gives each row that its
+	// FailedRows function lists a Retry button (POST retry-row), which
+	// calls this function with the row's FailedRow.Key and the request's
+	// context. It should put the row back in its queue (for example,
+	// clear the columns that mark it failed, in the app's table) and
+	// return nil, or an error that says why not; a panic is an error. The
+	// dashboard calls it only for a key that the queue's FailedRows
+	// function returns at that moment, so a key a form made up, or a row
+	// retried already, is refused; and only with AllowActions and unless
+	// Authorize refuses ActionRetryRow. Every queue in it must have a
+	// FailedRows function. Defaults to none: the rows cannot be retried
+	// from the page.
+	RetryRow map[string]func(ctx context.Context, key string) error
 	// CSRFKey signs the CSRF tokens. Defaults to a random key made by
 	// New: set the same key (32 random bytes) on every instance of the app
 	// behind one load balancer, so that a token from one is good at the
@@ -158,6 +177,14 @@ func (o *Options) validate() error {
 		return errors.New("dashboard: Options.RefreshInterval must be at least one second")
 	case o.PageSize < 1 || o.PageSize > 1000:
 		return errors.New("dashboard: Options.PageSize must be within 1..1000")
+	}
+	for _, queue := range slices.Sorted(maps.Keys(o.RetryRow)) {
+		switch {
+		case o.RetryRow[queue] == nil:
+			return fmt.Errorf("dashboard: Options.RetryRow[%q] is nil", queue)
+		case o.FailedRows[queue] == nil:
+			return fmt.Errorf("dashboard: Options.RetryRow[%q] needs Options.FailedRows[%q]: only the rows it lists can be retried", queue, queue)
+		}
 	}
 	return validAPIToken(o.APIToken)
 }
@@ -278,6 +305,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.failedAction(w, r, path[1:])
 	case path == "/pause" || path == "/resume":
 		h.queueAction(w, r, path[1:])
+	case path == "/retry-row":
+		h.rowAction(w, r)
 	case len(path) > len("/assets/") && path[:len("/assets/")] == "/assets/":
 		h.get(w, r, h.assets.ServeHTTP)
 	default:

@@ -139,6 +139,16 @@ func (h *handler) notice(r *http.Request) string {
 		return h.queueNamed(r) + " is paused, for every process: those that run it start no more of its rows within a poll interval."
 	case "resume":
 		return h.queueNamed(r) + " is resumed, for every process."
+	case ActionRetryRow:
+		n, err := strconv.Atoi(q.Get("rows"))
+		if err != nil || n < 1 {
+			return ""
+		}
+		rows := "rows"
+		if n == 1 {
+			rows = "row"
+		}
+		return fmt.Sprintf("%s: %d %s retried (Options.RetryRow).", h.queueNamed(r), n, rows)
 	}
 	id, err := strconv.ParseInt(q.Get("id"), 10, 64)
 	if err != nil {

@@ -40,6 +40,7 @@ const hostileRowError = `stock <img src=x onerror="window.pwned=1"></td><script>
 // with opts (nil: defaults) and Options.FailedRows reading those,
 // mounted under /ops/.
 type tableFixture struct {
+	db     *bun.DB
 	client *bunqueue.Client
 	queue  string
 	bad    []string // the keys of the failing rows
@@ -52,7 +53,7 @@ func setupTable(t *testing.T, opts *dashboard.Options) *tableFixture {
 	db := dbtest.Open(t, 0)
 	require.NoError(t, bunqueue.Migrate(t.Context(), db))
 	dbtest.CreateTable(t, db, "bq_test_dash_sku", "sku VARCHAR(32) PRIMARY KEY, done BOOL NOT NULL DEFAULT FALSE, error VARCHAR(255) NULL, failed_at DATETIME(6) NULL, INDEX (done, sku)")
-	f := &tableFixture{queue: dbtest.Name("dashsku"), bad: []string{"sku=bad-1", "sku=bad-2"}, dead: []string{"sku=dead-1"}}
+	f := &tableFixture{db: db, queue: dbtest.Name("dashsku"), bad: []string{"sku=bad-1", "sku=bad-2"}, dead: []string{"sku=dead-1"}}
 	now := time.Now().UTC().Truncate(time.Second)
 	msg := hostileRowError
 	rows := []skuItem{{SKU: "ok-1"}, {SKU: "bad-1"}, {SKU: "ok-2"}, {SKU: "bad-2"}, {SKU: "dead-1", Done: true, Error: &msg, FailedAt: &now}}
@@ -88,28 +89,55 @@ func setupTable(t *testing.T, opts *dashboard.Options) *tableFixture {
 		return seen[f.bad[0]] && seen[f.bad[1]]
 	}, 15*time.Second, 20*time.Millisecond, "the bad rows failed")
 
-	// The app's own query for the rows that failed for good.
-	failedRows := func(ctx context.Context) ([]dashboard.FailedRow, error) {
-		var dead []skuItem
-		if err := db.NewSelect().Model(&dead).Where("error IS NOT NULL").Order("failed_at DESC").Scan(ctx); err != nil {
-			return nil, err
-		}
-		out := make([]dashboard.FailedRow, len(dead))
-		for i, d := range dead {
-			out[i] = dashboard.FailedRow{Key: "sku=" + d.SKU, Error: *d.Error, FailedAt: *d.FailedAt}
-		}
-		return out, nil
-	}
 	o := dashboard.Options{}
 	if opts != nil {
 		o = *opts
 	}
-	o.FailedRows = map[string]func(context.Context) ([]dashboard.FailedRow, error){f.queue: failedRows}
+	o.FailedRows = f.failedRowsOption()
 	mux := http.NewServeMux()
 	mux.Handle("/ops/", http.StripPrefix("/ops", dashboard.New(c, &o)))
 	f.srv = httptest.NewServer(mux)
 	t.Cleanup(f.srv.Close)
 	return f
+}
+
+// failedRows is the app's own query for the rows that failed for good:
+// those with an error.
+func (f *tableFixture) failedRows(ctx context.Context) ([]dashboard.FailedRow, error) {
+	var dead []skuItem
+	if err := f.db.NewSelect().Model(&dead).Where("error IS NOT NULL").Order("failed_at DESC").Scan(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]dashboard.FailedRow, len(dead))
+	for i, d := range dead {
+		out[i] = dashboard.FailedRow{Key: "sku=" + d.SKU, Error: *d.Error, FailedAt: *d.FailedAt}
+	}
+	return out, nil
+}
+
+// failedRowsOption is Options.FailedRows of the fixture's queue.
+func (f *tableFixture) failedRowsOption() map[string]func(context.Context) ([]dashboard.FailedRow, error) {
+	return map[string]func(context.Context) ([]dashboard.FailedRow, error){f.queue: f.failedRows}
+}
+
+// retryRow is the app's retry of a row that failed for good: it clears
+// its error and puts it back in the queue (done = FALSE), by the key
+// failedRows gave it.
+func (f *tableFixture) retryRow(ctx context.Context, key string) error {
+	sku, ok := strings.CutPrefix(key, "sku=")
+	if !ok {
+		return fmt.Errorf("not a key of ours: %q", key)
+	}
+	_, err := f.db.NewUpdate().Model((*skuItem)(nil)).Set("done = FALSE, error = NULL, failed_at = NULL").Where("sku = ?", sku).Exec(ctx)
+	return err
+}
+
+// rowDone returns whether the row sku is done and has no error.
+func (f *tableFixture) rowDone(t *testing.T, sku string) bool {
+	t.Helper()
+	var row skuItem
+	require.NoError(t, f.db.NewSelect().Model(&row).Where("sku = ?", sku).Scan(t.Context()))
+	return row.Done && row.Error == nil
 }
 
 // getPage returns the status and body of GET target on srv.

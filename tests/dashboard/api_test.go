@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,13 +40,40 @@ type apiFixture struct {
 	failed    []int64 // FailedJob.ID, oldest first
 	scheduled int64
 	pending   int64
+	// orders is a table queue (the doc's "orders", over the tests' shared
+	// table), whose rows failed for good are deadRows, by key: the app's
+	// state that FailedRows reads and RetryRow changes.
+	orders   string
+	mu       sync.Mutex
+	deadRows map[string]string
+}
+
+// options returns Options with the fixture's FailedRows and RetryRow for
+// its table queue.
+func (f *apiFixture) options(o dashboard.Options) *dashboard.Options {
+	o.FailedRows = map[string]func(context.Context) ([]dashboard.FailedRow, error){f.orders: func(context.Context) ([]dashboard.FailedRow, error) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		var rows []dashboard.FailedRow
+		for key, msg := range f.deadRows {
+			rows = append(rows, dashboard.FailedRow{Key: key, Error: msg})
+		}
+		return rows, nil
+	}}
+	o.RetryRow = map[string]func(context.Context, string) error{f.orders: func(_ context.Context, key string) error {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		delete(f.deadRows, key)
+		return nil
+	}}
+	return &o
 }
 
 func setupAPI(t *testing.T) *apiFixture {
 	t.Helper()
 	db := dbtest.Open(t, 0)
 	require.NoError(t, bunqueue.Migrate(t.Context(), db))
-	f := &apiFixture{db: db, queue: dbtest.Name("emails")}
+	f := &apiFixture{db: db, queue: dbtest.Name("emails"), orders: dbtest.Name("orders"), deadRows: map[string]string{"id=7": "card declined"}}
 	t.Cleanup(func() {
 		_, _ = db.Exec("DELETE FROM bunqueue_jobs WHERE queue = ?", f.queue)
 		_, _ = db.Exec("DELETE FROM bunqueue_failed_jobs WHERE queue = ?", f.queue)
@@ -54,6 +82,9 @@ func setupAPI(t *testing.T) *apiFixture {
 	c, err := bunqueue.NewClient(db, &bunqueue.Config{JobQueues: map[string]bunqueue.JobQueueConfig{f.queue: {Workers: 4}}})
 	require.NoError(t, err)
 	require.NoError(t, bunqueue.AddWorker(c, bunqueue.WorkerFunc[welcomeEmail](func(context.Context, bun.IDB, *bunqueue.Job[welcomeEmail]) error { return nil })))
+	require.NoError(t, c.Add(bunqueue.NewQueue(f.orders,
+		func(q *bun.SelectQuery) *bun.SelectQuery { return q.Where("done = FALSE").Order("id") },
+		func(context.Context, bun.Tx, *dashItem) error { return nil }, nil)))
 	f.client = c
 	now := time.Now().UTC()
 	for i, to := range []string{"ann@example.com", "bob@example.com"} {

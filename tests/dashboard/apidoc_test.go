@@ -397,7 +397,7 @@ func TestAPIDocExamples(t *testing.T) {
 			require.Contains(t, section, "`"+k+"`", "%s: the section names the field %q of the answer", where, k)
 		}
 	}
-	for _, endpoint := range []string{"GET data.json", "POST pause", "POST resume", "POST retry", "POST delete", "POST job-action"} {
+	for _, endpoint := range []string{"GET data.json", "POST pause", "POST resume", "POST retry", "POST delete", "POST job-action", "POST retry-row"} {
 		require.True(t, seen[endpoint], "the section has an example of %s", endpoint)
 	}
 }
@@ -416,14 +416,14 @@ const docToken = "9c1b6f8e2d4a7b3c5e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c
 func setupDoc(t *testing.T) *docFixture {
 	t.Helper()
 	f := setupAPI(t)
-	h := dashboard.New(f.client, &dashboard.Options{AllowActions: true, APIToken: docToken})
+	h := dashboard.New(f.client, f.options(dashboard.Options{AllowActions: true, APIToken: docToken}))
 	mux := http.NewServeMux()
 	mux.Handle("/bunqueue/", http.StripPrefix("/bunqueue", h))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return &docFixture{srv: srv, token: docToken, words: map[string]string{
-		"emails": f.queue,
-		"9001":   fmt.Sprint(f.failed[0]), "9002": fmt.Sprint(f.failed[1]),
+		"emails": f.queue, "orders": f.orders, "shop_orders": dashTable,
+		"9001": fmt.Sprint(f.failed[0]), "9002": fmt.Sprint(f.failed[1]),
 		"4101": fmt.Sprint(f.scheduled), "4102": fmt.Sprint(f.pending),
 	}}
 }
