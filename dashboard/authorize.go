@@ -22,6 +22,9 @@ const (
 	// process (PauseQueue, ResumeQueue).
 	ActionPause  = "pause"
 	ActionResume = "resume"
+	// ActionRetryRow retries rows of a table queue that failed for good,
+	// with the app's Options.RetryRow function.
+	ActionRetryRow = "retry_row"
 )
 
 // allowed reports whether r may do action: reading unless Authorize

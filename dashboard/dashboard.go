@@ -8,9 +8,10 @@
 // depth, rows in flight, rows processed and failed in the last minute and
 // hour, workers, the limits in force, paused or not), charts of each queue's last hour (processed and failed
 // per minute, from Client.History, and the depth the dashboard read each
-// minute, drawn as inline SVG by the server), the latest failures in
-// this process, and the failed jobs, newest first, a page at a time,
-// with their payload, error, attempts and time. With Options.Clients it
+// minute, drawn as inline SVG by the server), the failed jobs, newest
+// first, a page at a time, with their payload, error, attempts and time,
+// and the latest failures in this process, grouped by queue and error,
+// ten groups a page. With Options.Clients it
 // lists the queues of several clients, each row naming its client. It
 // refreshes itself every Options.RefreshInterval
 // without reloading. GET data.json returns the same data as JSON.
@@ -22,7 +23,8 @@
 // error (Client.JobGet). GET queue?name=… is a table queue's page: its
 // figures and last hour, the rows failing in this process by their own
 // primary key, and, with Options.FailedRows, the rows the app's table
-// says failed for good, refreshing itself as the overview does. With
+// says failed for good, each with a Retry button when the app gives
+// Options.RetryRow, refreshing itself as the overview does. With
 // Options.Clients, the query parameter client (a client's name) chooses
 // whose jobs or queue these pages show, and whose jobs an action acts
 // on; New's client's by default. The pages call the public API of
@@ -36,6 +38,14 @@
 // off by default. Options.Authorize decides, per request, what may be
 // read and done.
 //
+// Scripts use the same addresses: GET data.json, and the actions' POST
+// requests with the header "Accept: application/json", which answer
+// ActionResult, QueueResult, JobActionResult or RowActionResult. With
+// Options.APIToken, a request with "Authorization: Bearer " and that
+// token needs no CSRF token (ViaAPIToken tells Authorize about it).
+// docs/dashboard.md lists every address, field and answer, with curl
+// examples that a test runs.
+//
 // Everything shown is escaped: payloads and errors are untrusted. The
 // page loads nothing from other hosts, and its Content-Security-Policy
 // allows only its own script and style.
@@ -44,10 +54,15 @@ package dashboard
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"embed"
+	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -67,12 +82,14 @@ const (
 type Options struct {
 	// AllowActions shows the buttons of the actions and accepts them:
 	// Retry and Delete on failed jobs, Pause or Resume on each of the
-	// client's queues, and Retry, Cancel, Delete and Run now on jobs, one
-	// or a selection, in the job browser and on the job page. They are
+	// client's queues, Retry, Cancel, Delete and Run now on jobs, one or
+	// a selection, in the job browser and on the job page, and Retry on a
+	// table's failed rows (RetryRow) on the queue's page. They are
 	// POST requests that carry the page's CSRF token (a signed token, in
-	// a SameSite=Strict cookie and in the form, that must match) and that
-	// the browser does not mark as cross-origin. Defaults to false: the
-	// dashboard only reads, and answers every action 403.
+	// a SameSite=Strict cookie and in the form, that must match), or a
+	// script's APIToken, and that the browser does not mark as
+	// cross-origin. Defaults to false: the dashboard only reads, and
+	// answers every action 403.
 	AllowActions bool
 	// Title is the page's title. Defaults to "bunqueue".
 	Title string
@@ -88,7 +105,9 @@ type Options struct {
 	// data.json, the action's name (ActionRetry, ActionCancel, …) for an
 	// action. A request it refuses is answered 403, saying so, and the
 	// pages hide the buttons of the actions it refuses. It cannot allow
-	// what AllowActions does not. Defaults to allowing every request.
+	// what AllowActions does not. ViaAPIToken(r) tells it a script's
+	// request, which carried APIToken. Defaults to allowing every
+	// request.
 	Authorize func(r *http.Request, action string) bool
 	// TraceURL, when set, returns the address of the trace traceID (32
 	// hexadecimal digits) in the app's tracing UI, for example
@@ -104,6 +123,20 @@ type Options struct {
 	// of a queue of any of the dashboard's clients. Defaults to none: the
 	// page shows only the failures this process saw.
 	FailedRows map[string]func(ctx context.Context) ([]FailedRow, error)
+	// RetryRow, when set, retries a row of a table queue that failed for
+	// good, by queue name: the queue's page gives each row that its
+	// FailedRows function lists a Retry button (POST retry-row), which
+	// calls this function with the row's FailedRow.Key and the request's
+	// context. It should put the row back in its queue (for example,
+	// clear the columns that mark it failed, in the app's table) and
+	// return nil, or an error that says why not; a panic is an error. The
+	// dashboard calls it only for a key that the queue's FailedRows
+	// function returns at that moment, so a key a form made up, or a row
+	// retried already, is refused; and only with AllowActions and unless
+	// Authorize refuses ActionRetryRow. Every queue in it must have a
+	// FailedRows function. Defaults to none: the rows cannot be retried
+	// from the page.
+	RetryRow map[string]func(ctx context.Context, key string) error
 	// CSRFKey signs the CSRF tokens. Defaults to a random key made by
 	// New: set the same key (32 random bytes) on every instance of the app
 	// behind one load balancer, so that a token from one is good at the
@@ -120,6 +153,40 @@ type Options struct {
 	// ClientName names New's client when there are Clients. Defaults
 	// to ClientNameDefault.
 	ClientName string
+	// APIToken, when set, lets scripts act without a browser session: a
+	// request whose Authorization header is "Bearer " and this token
+	// needs no CSRF token (a browser never sends such a header of its
+	// own accord, so no other site can make it send one), and
+	// ViaAPIToken reports true for it, in Authorize. It still needs
+	// AllowActions to act, and Authorize is asked as for any request. A
+	// request with another Bearer token is answered 401, whatever it
+	// asks. The token is compared in constant time, and the dashboard
+	// never shows or logs it. It must be at least APITokenMinLength
+	// characters of the RFC 6750 token alphabet (letters, digits,
+	// "-._~+/", then "=" at the end): for example 32 random bytes,
+	// hex-encoded. Defaults to none: every action needs the page's CSRF
+	// token, and an Authorization header is left to the app.
+	APIToken string
+}
+
+// validate reports the first option out of range, naming its field; it
+// never quotes APIToken.
+func (o *Options) validate() error {
+	switch {
+	case o.RefreshInterval < time.Second:
+		return errors.New("dashboard: Options.RefreshInterval must be at least one second")
+	case o.PageSize < 1 || o.PageSize > 1000:
+		return errors.New("dashboard: Options.PageSize must be within 1..1000")
+	}
+	for _, queue := range slices.Sorted(maps.Keys(o.RetryRow)) {
+		switch {
+		case o.RetryRow[queue] == nil:
+			return fmt.Errorf("dashboard: Options.RetryRow[%q] is nil", queue)
+		case o.FailedRows[queue] == nil:
+			return fmt.Errorf("dashboard: Options.RetryRow[%q] needs Options.FailedRows[%q]: only the rows it lists can be retried", queue, queue)
+		}
+	}
+	return validAPIToken(o.APIToken)
 }
 
 //go:embed templates/*.html
@@ -134,6 +201,7 @@ type handler struct {
 	clients []Client         // New's first, then Options.Clients
 	opts    Options
 	key     []byte
+	token   *[sha256.Size]byte // the hash of Options.APIToken, or nil
 	pages   *template.Template
 	assets  http.Handler
 	origins *http.CrossOriginProtection
@@ -163,14 +231,11 @@ func New(client *bunqueue.Client, opts *Options) http.Handler {
 	if o.RefreshInterval == 0 {
 		o.RefreshInterval = RefreshIntervalDefault
 	}
-	if o.RefreshInterval < time.Second {
-		panic("dashboard: Options.RefreshInterval must be at least one second")
-	}
 	if o.PageSize == 0 {
 		o.PageSize = PageSizeDefault
 	}
-	if o.PageSize < 1 || o.PageSize > 1000 {
-		panic("dashboard: Options.PageSize must be within 1..1000")
+	if err := o.validate(); err != nil {
+		panic(err.Error())
 	}
 	key := o.CSRFKey
 	if len(key) == 0 {
@@ -181,7 +246,10 @@ func New(client *bunqueue.Client, opts *Options) http.Handler {
 	if err != nil {
 		panic(err)
 	}
+	token := apiTokenSum(o.APIToken)
+	o.APIToken = "" // only its hash is kept
 	return &handler{
+		token:   token,
 		client:  client,
 		clients: clientsOf(client, o),
 		opts:    o,
@@ -202,9 +270,19 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("X-Frame-Options", "DENY")
 	hdr.Set("Referrer-Policy", "same-origin")
 	path := r.URL.Path
-	if (r.Method == http.MethodGet || r.Method == http.MethodHead) && !h.allowed(r, ActionView) {
-		http.Error(w, "bunqueue dashboard: "+h.refusal(ActionView), http.StatusForbidden)
-		return
+	r = h.authenticate(r)
+	if tokenOf(r) == tokenRefused {
+		hdr.Set("WWW-Authenticate", wwwAuthenticate)
+	}
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		switch {
+		case tokenOf(r) == tokenRefused:
+			h.refuseRead(w, r, http.StatusUnauthorized, tokenRefusal)
+			return
+		case !h.allowed(r, ActionView):
+			h.refuseRead(w, r, http.StatusForbidden, h.refusal(ActionView))
+			return
+		}
 	}
 	switch {
 	case path == "/" || path == "":
@@ -223,8 +301,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.get(w, r, h.ofClient(h.job))
 	case path == "/job-action":
 		h.jobAction(w, r)
-	case path == "/retry" || path == "/delete" || path == "/pause" || path == "/resume":
-		h.action(w, r, path[1:])
+	case path == "/retry" || path == "/delete":
+		h.failedAction(w, r, path[1:])
+	case path == "/pause" || path == "/resume":
+		h.queueAction(w, r, path[1:])
+	case path == "/retry-row":
+		h.rowAction(w, r)
 	case len(path) > len("/assets/") && path[:len("/assets/")] == "/assets/":
 		h.get(w, r, h.assets.ServeHTTP)
 	default:
@@ -236,10 +318,31 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *handler) get(w http.ResponseWriter, r *http.Request, serve http.HandlerFunc) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		h.refuseRead(w, r, http.StatusMethodNotAllowed, "use GET")
 		return
 	}
 	serve(w, r)
+}
+
+// ErrorResult is the JSON answer to a request of data.json that is
+// refused: 401 (a Bearer token that is not Options.APIToken), 403
+// (Options.Authorize refused it) or 405 (not a GET or HEAD).
+type ErrorResult struct {
+	// Error says why, in words.
+	Error string `json:"error"`
+}
+
+// refuseRead answers a refused read of r with status and msg: an
+// ErrorResult for data.json, else text.
+func (h *handler) refuseRead(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	if r.URL.Path == "/data.json" {
+		writeJSON(w, status, ErrorResult{Error: msg})
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, "bunqueue dashboard: %s\n", msg)
 }
 
 // stats returns the stats of every client, read at most once a second,

@@ -44,6 +44,10 @@ type Data struct {
 	NextBeforeID *int64 `json:"next_before_id"`
 	// ActionsEnabled tells whether POST retry and delete are accepted.
 	ActionsEnabled bool `json:"actions_enabled"`
+
+	// queueOwners and failureOwners are the index in the handler's
+	// clients of the client of each of Queues and RecentFailures.
+	queueOwners, failureOwners []int
 }
 
 // Filter selects a page of failed jobs: the query parameters queue, kind
@@ -98,13 +102,13 @@ func filterOf(q url.Values) Filter {
 func (h *handler) data(r *http.Request) *Data {
 	d := &Data{
 		GeneratedAt:    time.Now().UTC(),
-		RecentFailures: h.recentFailures(),
 		Filter:         filterOf(r.URL.Query()),
 		ActionsEnabled: h.opts.AllowActions,
 		FailedJobs:     []FailedJob{},
 	}
+	d.RecentFailures, d.failureOwners = h.recentFailures()
 	queues, owners, err := h.stats(r)
-	d.Queues, d.QueueClients = queues, h.clientNames(owners)
+	d.Queues, d.QueueClients, d.queueOwners = queues, h.clientNames(owners), owners
 	if d.Queues == nil {
 		d.Queues = []bunqueue.QueueStats{}
 	}

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 
 	"github.com/bunqueue/bunqueue"
 )
@@ -57,14 +56,8 @@ type actionView struct {
 // them. The answer lists what happened to each.
 func (h *handler) jobAction(w http.ResponseWriter, r *http.Request) {
 	res := &JobActionResult{Action: r.URL.Query().Get("action"), Jobs: []JobOutcome{}}
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", "POST")
-		h.actionAnswer(w, r, http.StatusMethodNotAllowed, res, "use POST")
-		return
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-	if err := r.ParseForm(); err != nil {
-		h.actionAnswer(w, r, http.StatusBadRequest, res, "the form could not be read: "+err.Error())
+	if status, msg := readPost(w, r, jobFormLimit); status != 0 {
+		h.actionAnswer(w, r, status, res, msg)
 		return
 	}
 	res.Action = r.PostFormValue("action")
@@ -96,20 +89,6 @@ func (h *handler) jobAction(w http.ResponseWriter, r *http.Request) {
 		res.Jobs = append(res.Jobs, out.JobOutcome)
 	}
 	h.actionAnswer(w, r, status, res, "")
-}
-
-// check returns the status and message of a refusal of action, or 0.
-func (h *handler) check(r *http.Request, action string) (int, string) {
-	if !h.allowed(r, action) {
-		return http.StatusForbidden, h.refusal(action)
-	}
-	if err := h.origins.Check(r); err != nil {
-		return http.StatusForbidden, "cross-origin request refused"
-	}
-	if !h.checkCSRF(r) {
-		return http.StatusForbidden, "missing or invalid CSRF token: reload the page and try again"
-	}
-	return 0, ""
 }
 
 // selection returns the ids the form selects: its ids, or, when its
@@ -232,7 +211,7 @@ func retryJob(ctx context.Context, c *bunqueue.Client, id int64) outcome {
 // it, else a page listing each job's outcome, with a link back.
 func (h *handler) actionAnswer(w http.ResponseWriter, r *http.Request, status int, res *JobActionResult, refused string) {
 	res.Error = refused
-	if strings.Contains(r.Header.Get("Accept"), "application/json") {
+	if wantsJSON(r) {
 		writeJSON(w, status, res)
 		return
 	}

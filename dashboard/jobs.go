@@ -207,14 +207,27 @@ func thousands(n int) string {
 	return s
 }
 
-// when returns the time a job's row shows: when it completed, runs or
-// failed, whichever its state has.
-func when(j bunqueue.JobRecord) time.Time {
+// whenShown is what the job browser's When column says of a job: the
+// time its state makes the one to know, and the word that names it.
+type whenShown struct {
+	// Word names the time: "due" for a pending, scheduled or retrying
+	// job (its run_at: when it was enqueued, scheduled for, or its
+	// backoff ends), "lease ends" for a running lease-mode job,
+	// "completed" or "failed".
+	Word string
+	// At is the time, or the zero time when the job has none.
+	At time.Time
+}
+
+// whenOf returns what the When column says of j.
+func whenOf(j bunqueue.JobRecord) whenShown {
 	switch {
 	case j.CompletedAt != nil:
-		return *j.CompletedAt
+		return whenShown{Word: "completed", At: *j.CompletedAt}
 	case j.Failed != nil:
-		return j.Failed.FailedAt
+		return whenShown{Word: "failed", At: j.Failed.FailedAt}
+	case j.State == bunqueue.JobStateRunning:
+		return whenShown{Word: "lease ends", At: j.RunAt}
 	}
-	return j.RunAt
+	return whenShown{Word: "due", At: j.RunAt}
 }

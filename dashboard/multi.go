@@ -157,17 +157,26 @@ func depthKey(i int, queue string) string {
 }
 
 // recentFailures returns the latest failures of every client, newest
-// first, at most bunqueue.RecentFailuresLimit.
-func (h *handler) recentFailures() []bunqueue.Failure {
-	if len(h.clients) == 1 {
-		return h.clients[0].Client.RecentFailures()
+// first, at most bunqueue.RecentFailuresLimit, and the index in h.clients
+// of each one's client.
+func (h *handler) recentFailures() ([]bunqueue.Failure, []int) {
+	type owned struct {
+		bunqueue.Failure
+		owner int
 	}
-	var all []bunqueue.Failure
-	for _, c := range h.clients {
-		all = append(all, c.Client.RecentFailures()...)
+	var all []owned
+	for i, c := range h.clients {
+		for _, f := range c.Client.RecentFailures() {
+			all = append(all, owned{f, i})
+		}
 	}
-	slices.SortStableFunc(all, func(a, b bunqueue.Failure) int { return cmp.Compare(b.At.UnixNano(), a.At.UnixNano()) })
-	return all[:min(len(all), bunqueue.RecentFailuresLimit)]
+	slices.SortStableFunc(all, func(a, b owned) int { return cmp.Compare(b.At.UnixNano(), a.At.UnixNano()) })
+	all = all[:min(len(all), bunqueue.RecentFailuresLimit)]
+	failures, owners := make([]bunqueue.Failure, len(all)), make([]int, len(all))
+	for i, f := range all {
+		failures[i], owners[i] = f.Failure, f.owner
+	}
+	return failures, owners
 }
 
 // namedCharts prefixes each queue's charts with its client's name, when

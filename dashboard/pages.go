@@ -3,7 +3,6 @@ package dashboard
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -11,8 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/bunqueue/bunqueue"
 )
 
 // view is what the templates get.
@@ -24,6 +21,9 @@ type view struct {
 	Notice    string
 	Query     string // the filter as a query string, for the refresh
 	Charts    []queueCharts
+	// Failures are the page of recent failures' groups shown, of the
+	// query's recent.
+	Failures failurePage
 	// JSON is the href of the page's data.json link, with the filter: a
 	// template.URL, so that html/template does not escape the query
 	// string, which url.Values.Encode has escaped already, a second time.
@@ -43,24 +43,10 @@ var funcs = template.FuncMap{
 	},
 	"stamp": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05") },
 	"iso":   func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
-	// page returns the query string of a page of failed jobs.
-	"page": func(f Filter, before *int64) string {
-		q := url.Values{}
-		if f.Queue != "" {
-			q.Set("queue", f.Queue)
-		}
-		if f.Kind != "" {
-			q.Set("kind", f.Kind)
-		}
-		if before != nil {
-			q.Set("before", strconv.FormatInt(*before, 10))
-		}
-		if len(q) == 0 {
-			return "./"
-		}
-		return "./?" + q.Encode()
-	},
-	"when": when,
+	"when":  whenOf,
+	"inc":   func(n int) int { return n + 1 },
+	"dec":   func(n int) int { return n - 1 },
+	"href":  href,
 	"firstLine": func(s string) string {
 		line, _, more := strings.Cut(s, "\n")
 		if r := []rune(line); len(r) > 120 {
@@ -76,26 +62,70 @@ var funcs = template.FuncMap{
 // view returns the template data of r.
 func (h *handler) view(w http.ResponseWriter, r *http.Request) *view {
 	d := h.data(r)
-	v := &view{Data: d, Title: h.opts.Title, RefreshMS: h.opts.RefreshInterval.Milliseconds(), Notice: h.notice(r), Charts: namedCharts(chartsOf(d.History), d.QueueClients)}
+	v := &view{Data: d, Title: h.opts.Title, RefreshMS: h.opts.RefreshInterval.Milliseconds(), Notice: h.notice(r), Charts: namedCharts(chartsOf(d.History), d.QueueClients),
+		Failures: h.groupFailures(d, recentPageOf(r.URL.Query()))}
 	if h.opts.AllowActions {
 		v.CSRF = h.csrfToken(w, r)
 	}
-	q := url.Values{}
-	if d.Filter.Queue != "" {
-		q.Set("queue", d.Filter.Queue)
-	}
-	if d.Filter.Kind != "" {
-		q.Set("kind", d.Filter.Kind)
-	}
-	if d.Filter.BeforeID > 0 {
-		q.Set("before", strconv.FormatInt(d.Filter.BeforeID, 10))
-	}
-	v.Query = q.Encode()
+	v.Query = v.query(d.Filter.BeforeID, v.Failures.Page)
 	v.JSON = "data.json"
 	if v.Query != "" {
 		v.JSON += template.URL("?" + v.Query)
 	}
 	return v
+}
+
+// query returns the overview's query string: its filter of failed jobs,
+// their page before, and the page recent of the recent failures.
+func (v *view) query(before int64, recent int) string {
+	q := url.Values{}
+	if v.Filter.Queue != "" {
+		q.Set("queue", v.Filter.Queue)
+	}
+	if v.Filter.Kind != "" {
+		q.Set("kind", v.Filter.Kind)
+	}
+	if before > 0 {
+		q.Set("before", strconv.FormatInt(before, 10))
+	}
+	if recent > 1 {
+		q.Set(recentParam, strconv.Itoa(recent))
+	}
+	return q.Encode()
+}
+
+// href returns the relative address of the overview of query q.
+func href(q string) string {
+	if q == "" {
+		return "./"
+	}
+	return "./?" + q
+}
+
+// FailedPage returns the address of the overview's page of failed jobs
+// below before (nil: the newest), keeping the page of recent failures.
+func (v *view) FailedPage(before *int64) string {
+	b := int64(0)
+	if before != nil {
+		b = *before
+	}
+	return href(v.query(b, v.Failures.Page))
+}
+
+// Cleared returns the address of the overview without the filter of
+// failed jobs, keeping the page of recent failures.
+func (v *view) Cleared() string {
+	q := url.Values{}
+	if v.Failures.Page > 1 {
+		q.Set(recentParam, strconv.Itoa(v.Failures.Page))
+	}
+	return href(q.Encode())
+}
+
+// RecentPage returns the address of the overview's page n of recent
+// failures, keeping the page of failed jobs.
+func (v *view) RecentPage(n int) string {
+	return href(v.query(v.Filter.BeforeID, n))
 }
 
 // notice is the message shown after an action that the browser posted
@@ -109,6 +139,16 @@ func (h *handler) notice(r *http.Request) string {
 		return h.queueNamed(r) + " is paused, for every process: those that run it start no more of its rows within a poll interval."
 	case "resume":
 		return h.queueNamed(r) + " is resumed, for every process."
+	case ActionRetryRow:
+		n, err := strconv.Atoi(q.Get("rows"))
+		if err != nil || n < 1 {
+			return ""
+		}
+		rows := "rows"
+		if n == 1 {
+			rows = "row"
+		}
+		return fmt.Sprintf("%s: %d %s retried (Options.RetryRow).", h.queueNamed(r), n, rows)
 	}
 	id, err := strconv.ParseInt(q.Get("id"), 10, 64)
 	if err != nil {
@@ -160,156 +200,4 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
-}
-
-// ActionResult is the JSON answer to POST retry or delete, for a request
-// that accepts application/json.
-type ActionResult struct {
-	OK bool  `json:"ok"`
-	ID int64 `json:"id"`
-	// NewJobID is the job's id in bunqueue_jobs after a retry.
-	NewJobID int64  `json:"new_job_id,omitempty"`
-	Error    string `json:"error,omitempty"`
-}
-
-// action runs POST retry or delete on the failed job of the form's id,
-// or pause or resume on the queue of the form's name.
-func (h *handler) action(w http.ResponseWriter, r *http.Request, what string) {
-	wantsJSON := strings.Contains(r.Header.Get("Accept"), "application/json")
-	refuse := func(status int, msg string) {
-		if wantsJSON {
-			writeJSON(w, status, ActionResult{Error: msg})
-			return
-		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.WriteHeader(status)
-		fmt.Fprintf(w, "bunqueue dashboard: %s\n", msg)
-	}
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", "POST")
-		refuse(http.StatusMethodNotAllowed, "use POST")
-		return
-	}
-	if !h.allowed(r, what) {
-		refuse(http.StatusForbidden, h.refusal(what))
-		return
-	}
-	if err := h.origins.Check(r); err != nil {
-		refuse(http.StatusForbidden, "cross-origin request refused")
-		return
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, 4096)
-	if !h.checkCSRF(r) {
-		refuse(http.StatusForbidden, "missing or invalid CSRF token: reload the page and try again")
-		return
-	}
-	if what == "pause" || what == "resume" {
-		h.queueAction(w, r, what, wantsJSON, refuse)
-		return
-	}
-	id, err := strconv.ParseInt(r.PostFormValue("id"), 10, 64)
-	if err != nil || id <= 0 {
-		refuse(http.StatusBadRequest, "the form's id is not a failed job's id")
-		return
-	}
-	res := ActionResult{ID: id}
-	switch what {
-	case "retry":
-		res.NewJobID, err = h.client.RetryFailed(r.Context(), id)
-	case "delete":
-		err = h.client.DeleteFailed(r.Context(), id)
-	}
-	switch {
-	case errors.Is(err, bunqueue.ErrFailedJobNotFound):
-		refuse(http.StatusNotFound, fmt.Sprintf("no failed job with id %d (retried or deleted already?)", id))
-		return
-	case err != nil:
-		refuse(http.StatusInternalServerError, err.Error())
-		return
-	}
-	res.OK = true
-	if wantsJSON {
-		writeJSON(w, http.StatusOK, res)
-		return
-	}
-	back := url.Values{"done": {what}, "id": {strconv.FormatInt(id, 10)}}
-	if res.NewJobID > 0 {
-		back.Set("job", strconv.FormatInt(res.NewJobID, 10))
-	}
-	for _, k := range []string{"queue", "kind", "before"} {
-		if v := r.PostFormValue(k); v != "" {
-			back.Set(k, v)
-		}
-	}
-	// Relative to the request's URL, as the browser sees it: http.Redirect
-	// would resolve it against the path left by http.StripPrefix.
-	w.Header().Set("Location", "./?"+back.Encode())
-	w.WriteHeader(http.StatusSeeOther)
-}
-
-// QueueResult is the JSON answer to POST pause or resume, for a request
-// that accepts application/json.
-type QueueResult struct {
-	OK     bool   `json:"ok"`
-	Queue  string `json:"queue"`
-	Paused bool   `json:"paused"`
-	Error  string `json:"error,omitempty"`
-}
-
-// queueAction pauses or resumes the queue of the form's name, for every
-// process, through the client of the form's client (New's if empty).
-func (h *handler) queueAction(w http.ResponseWriter, r *http.Request, what string, wantsJSON bool, refuse func(int, string)) {
-	name, owner := r.PostFormValue("name"), h.clientNamed(r.PostFormValue("client"))
-	if owner < 0 || !h.hasQueue(r, owner, name) {
-		refuse(http.StatusBadRequest, "the form's name is not one of this client's queues")
-		return
-	}
-	client := h.clients[owner].Client
-	var err error
-	if what == "pause" {
-		err = client.PauseQueue(r.Context(), name)
-	} else {
-		err = client.ResumeQueue(r.Context(), name)
-	}
-	if err != nil {
-		refuse(http.StatusInternalServerError, err.Error())
-		return
-	}
-	h.forget() // the next page shows the change
-	if wantsJSON {
-		writeJSON(w, http.StatusOK, QueueResult{OK: true, Queue: name, Paused: what == "pause"})
-		return
-	}
-	back := url.Values{"done": {what}, "name": {name}}
-	if len(h.clients) > 1 {
-		back.Set(clientParam, h.clients[owner].Name)
-	}
-	w.Header().Set("Location", "./?"+back.Encode())
-	w.WriteHeader(http.StatusSeeOther)
-}
-
-// queueNamed returns the words that name the queue of the query's name
-// and client, "The queue", with its name if it is one of the client's
-// queues, and the client's if the dashboard has several.
-func (h *handler) queueNamed(r *http.Request) string {
-	q := r.URL.Query()
-	name, owner := q.Get("name"), h.clientNamed(q.Get(clientParam))
-	if name == "" || owner < 0 || !h.hasQueue(r, owner, name) {
-		return "The queue"
-	}
-	if len(h.clients) > 1 {
-		return fmt.Sprintf("The queue %s of client %s", name, h.clients[owner].Name)
-	}
-	return "The queue " + name
-}
-
-// hasQueue reports whether name is one of the queues of client owner.
-func (h *handler) hasQueue(r *http.Request, owner int, name string) bool {
-	stats, owners, _ := h.stats(r) // names are there even when a depth failed
-	for i, st := range stats {
-		if st.Name == name && owners[i] == owner {
-			return true
-		}
-	}
-	return false
 }

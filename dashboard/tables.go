@@ -27,8 +27,15 @@ type queueView struct {
 	FailedRows      []FailedRow
 	FailedRowsTotal int
 	FailedRowsError string
+	// RetryRows tells whether the page's failed rows have a Retry button:
+	// the app gave an Options.RetryRow function for the queue, and the
+	// request may retry rows.
+	RetryRows bool
 	// RecentLimit is bunqueue.RecentFailuresLimit.
 	RecentLimit int
+	// Notice says what the action the page comes back from did (a pause
+	// or a resume), or "".
+	Notice string
 	// Problem is why the page cannot show the queue; JobsQueue tells that
 	// the name is a jobs queue's, whose jobs the job browser lists.
 	Problem   string
@@ -76,6 +83,7 @@ func (h *handler) queue(w http.ResponseWriter, r *http.Request) {
 			q.Set(clientParam, v.Client)
 		}
 		v.Live, v.RefreshMS = "queue-live?"+q.Encode(), h.opts.RefreshInterval.Milliseconds()
+		v.Notice = h.notice(r)
 	}
 	h.renderStatus(w, status, "queue", v)
 }
@@ -118,5 +126,6 @@ func (h *handler) queueView(w http.ResponseWriter, r *http.Request) (*queueView,
 	v.Charts = chartsOf(h.history([]bunqueue.QueueStats{*v.Queue}, []int{owner}))
 	v.Failing = failingRows(v.Name, h.clients[owner].Client.RecentFailures())
 	v.FailedRows, v.FailedRowsTotal, v.FailedRowsError, v.HasFailedRows = h.failedRows(r.Context(), v.Name)
+	v.RetryRows = h.opts.RetryRow[v.Name] != nil && v.CSRF != "" && v.Can(ActionRetryRow)
 	return v, http.StatusOK
 }

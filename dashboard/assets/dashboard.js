@@ -1,8 +1,8 @@
 // The bunqueue dashboard's script: it refreshes the page's data without a
 // reload (the overview's, from fragment, or the address in the body's
-// data-fragment, as the queue page has), and posts Retry and Delete
-// without leaving the page. The pages work without it (forms post and
-// come back; reload to refresh).
+// data-fragment, as the queue page has), and posts Retry and Delete (and
+// a table's failed row's Retry) without leaving the page. The pages work
+// without it (forms post and come back; reload to refresh).
 (function () {
   "use strict";
 
@@ -83,7 +83,8 @@
     refresh().then(schedule);
   }
 
-  // Retry and Delete, posted with the form's CSRF token.
+  // Retry and Delete of a failed job, and Retry of a table's failed row,
+  // posted with the form's CSRF token.
   live.addEventListener("submit", function (ev) {
     var form = ev.target;
     var action = form.getAttribute("data-action");
@@ -91,8 +92,9 @@
       return; // the filter, an ordinary GET; pause and resume post and come back
     }
     ev.preventDefault();
-    var id = form.elements.id.value;
-    if (action === "delete" && !window.confirm("Delete failed job " + id + " for good?")) {
+    var row = action === "retry-row";
+    var what = row ? "Row " + form.elements.key.value : "Failed job " + form.elements.id.value;
+    if (action === "delete" && !window.confirm("Delete " + what.toLowerCase() + " for good?")) {
       return;
     }
     var buttons = form.parentNode.querySelectorAll("button");
@@ -106,11 +108,17 @@
     }).then(function (r) {
       return r.json().then(function (res) {
         if (!r.ok || !res.ok) {
-          throw new Error(res.error || "HTTP " + r.status);
+          var first = res.rows && res.rows.length ? res.rows[0].error : "";
+          throw new Error(res.error || first || "HTTP " + r.status);
         }
         return res;
       });
     }).then(function (res) {
+      if (row) {
+        say(what + " of the queue " + res.queue + " is retried (Options.RetryRow).", false);
+        form.closest("tr").remove();
+        return refresh();
+      }
       say(action === "retry"
         ? "Failed job " + res.id + " is back in its queue as job " + res.new_job_id + "."
         : "Failed job " + res.id + " was deleted.", false);
@@ -120,7 +128,7 @@
       }
       return refresh();
     }).catch(function (e) {
-      say("Failed job " + id + ": " + e.message, true);
+      say(what + ": " + e.message, true);
       buttons.forEach(function (b) { b.disabled = false; });
     });
   });

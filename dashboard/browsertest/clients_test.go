@@ -183,7 +183,7 @@ func TestPauseNoticeNamesClient(t *testing.T) {
 // it, with the rows failing in that client's process, and so does its
 // live part; without the client the first client has no such queue.
 func TestQueuePageOfSecondClient(t *testing.T) {
-	tf := setupTable(t)
+	tf := setupTable(t, nil)
 	jf := setupJobs(t, nil)
 	srv := serveOps(t, dashboard.New(jf.client, &dashboard.Options{Clients: []dashboard.Client{{Name: "shop", Client: tf.client}}}))
 	b := newBrowserClient(t, srv.URL)

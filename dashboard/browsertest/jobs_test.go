@@ -171,6 +171,36 @@ func TestJobBrowserStatesAndPages(t *testing.T) {
 	require.NotContains(t, all, hostileName, "escaped")
 }
 
+// The When column says which time each row shows, by the job's state:
+// due for a waiting job (a scheduled one in the future), failed for a
+// failed one; a note under the table, that the column's header points
+// to, says what each word means.
+func TestJobBrowserWhenColumn(t *testing.T) {
+	f := setupJobs(t, nil)
+	_, page := f.get(t, "jobs?queue="+f.queue)
+	require.Contains(t, page, `<th scope="col" aria-describedby="when-note">When (UTC)</th>`)
+	require.Regexp(t, `<p class="meta" id="when-note">When, in UTC, is the time that matters in the job's state, and says which: <em>due</em>`, page)
+	cell := func(page string, id int64) (string, time.Time) {
+		t.Helper()
+		row := regexp.MustCompile(fmt.Sprintf(`(?s)<tr id="job-%d".*?</tr>`, id)).FindString(page)
+		m := regexp.MustCompile(`<td class="when"><span class="when-word">([^<]+)</span> <time datetime="([^"]+)">`).FindStringSubmatch(row)
+		require.NotNil(t, m, "job %d's row has a When: %s", id, row)
+		at, err := time.Parse(time.RFC3339Nano, m[2])
+		require.NoError(t, err)
+		return m[1], at
+	}
+	word, at := cell(page, f.pending[0])
+	require.Equal(t, "due", word)
+	require.WithinDuration(t, time.Now(), at, time.Minute, "a pending job is due since it was enqueued")
+	word, at = cell(page, f.sched)
+	require.Equal(t, "due", word)
+	require.WithinDuration(t, time.Now().Add(time.Hour), at, time.Minute, "a scheduled job is due in an hour")
+	_, failed := f.get(t, "jobs?state=failed&queue="+f.queue)
+	word, at = cell(failed, f.failed)
+	require.Equal(t, "failed", word)
+	require.WithinDuration(t, time.Now(), at, time.Minute)
+}
+
 // The job page shows the args indented, with < as the page's &lt; and
 // not Go's \u003c, the metadata, the error and the times; an unknown id
 // is a 404 that says why.

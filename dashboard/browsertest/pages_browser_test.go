@@ -23,7 +23,7 @@ import (
 // showing a pause without a reload. Each page's screenshot goes to
 // $BUNQUEUE_SCREENSHOTS, else to the test's temporary directory.
 func TestEveryPageInBrowser(t *testing.T) {
-	tf := setupTable(t)
+	tf := setupTable(t, nil)
 	jf := setupJobs(t, nil)
 	srv := serveOps(t, dashboard.New(jf.client, &dashboard.Options{
 		AllowActions: true, RefreshInterval: time.Second, Title: "Shop queues",
@@ -60,11 +60,11 @@ func TestEveryPageInBrowser(t *testing.T) {
 	// in the same document.
 	b.open(srv.URL+"/ops/"+queuePage, "#failing")
 	b.do(chromedp.Evaluate[chromedp.Void](`window.sameDocument = document.getElementById("live-data")`))
-	require.Equal(t, "running", b.text("#figures tr:last-child td"))
+	require.Equal(t, "running", b.text("#state"))
 	require.NoError(t, tf.client.PauseQueue(t.Context(), tf.queue))
 	t.Cleanup(func() { _ = tf.client.ResumeQueue(context.Background(), tf.queue) })
 	shown, err := chromedp.Run(b.ctx, chromedp.Poll[bool](
-		`document.querySelector("#figures tr:last-child td").textContent === "paused"`,
+		`document.querySelector("#state").textContent === "paused"`,
 		chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
 	require.NoError(t, err, "the queue page shows the pause without a reload")
 	require.True(t, shown)

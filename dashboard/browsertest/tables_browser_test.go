@@ -1,23 +1,30 @@
 package browsertest
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
+
+	"github.com/bunqueue/bunqueue/dashboard"
 )
 
 // The queue page in headless Chromium: reached from the overview's link
 // on the table queue's name, it lists the failing rows and the rows
 // failed for good by their keys, the hostile errors as text, with no
-// error in the console. The screenshot goes to $BUNQUEUE_SCREENSHOTS.
+// error in the console; its Pause button pauses the queue and comes back
+// to the page, saying so, and Resume undoes it. The screenshots go to
+// $BUNQUEUE_SCREENSHOTS.
 func TestQueuePageInBrowser(t *testing.T) {
 	browser := chromium()
 	if browser == "" {
 		t.Skip("no Chromium found (install the Debian package chromium, or set BUNQUEUE_CHROMIUM): the browser test does not run")
 	}
-	f := setupTable(t)
+	f := setupTable(t, &dashboard.Options{AllowActions: true})
+	t.Cleanup(func() { _ = f.client.ResumeQueue(context.Background(), f.queue) })
 	ctx, checkConsole := startBrowser(t, browser)
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(f.srv.URL+"/ops/"),
@@ -40,5 +47,26 @@ func TestQueuePageInBrowser(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, pwned)
 	screenshot(t, ctx, "queue")
+
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.ID("pause-button")),
+		chromedp.WaitVisible(chromedp.CSS(`#pause-form[data-action="resume"]`)), // the page it came back to
+	))
+	notice, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("notice")))
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(notice, "The queue "+f.queue+" is paused, for every process"), notice)
+	state, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("state")))
+	require.NoError(t, err)
+	require.Equal(t, "paused", state)
+	require.True(t, pausedIn(t, f.client, f.queue))
+	screenshot(t, ctx, "queue-paused-by-button")
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.Click(chromedp.ID("pause-button")),
+		chromedp.WaitVisible(chromedp.CSS(`#pause-form[data-action="pause"]`)),
+	))
+	state, err = chromedp.Run(ctx, chromedp.Text(chromedp.ID("state")))
+	require.NoError(t, err)
+	require.Equal(t, "running", state)
+	require.False(t, pausedIn(t, f.client, f.queue))
 	checkConsole()
 }

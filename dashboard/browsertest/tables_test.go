@@ -36,9 +36,11 @@ const hostileRowError = `stock <img src=x onerror="window.pwned=1"></td><script>
 
 // tableFixture is a started client with a table queue whose handler
 // fails for the rows whose SKU begins with "bad", and whose table holds
-// rows that failed for good (done, with an error), and a dashboard of it, with
-// Options.FailedRows reading those, mounted under /ops/.
+// rows that failed for good (done, with an error), and a dashboard of it
+// with opts (nil: defaults) and Options.FailedRows reading those,
+// mounted under /ops/.
 type tableFixture struct {
+	db     *bun.DB
 	client *bunqueue.Client
 	queue  string
 	bad    []string // the keys of the failing rows
@@ -46,12 +48,12 @@ type tableFixture struct {
 	srv    *httptest.Server
 }
 
-func setupTable(t *testing.T) *tableFixture {
+func setupTable(t *testing.T, opts *dashboard.Options) *tableFixture {
 	t.Helper()
 	db := dbtest.Open(t, 0)
 	require.NoError(t, bunqueue.Migrate(t.Context(), db))
 	dbtest.CreateTable(t, db, "bq_test_dash_sku", "sku VARCHAR(32) PRIMARY KEY, done BOOL NOT NULL DEFAULT FALSE, error VARCHAR(255) NULL, failed_at DATETIME(6) NULL, INDEX (done, sku)")
-	f := &tableFixture{queue: dbtest.Name("dashsku"), bad: []string{"sku=bad-1", "sku=bad-2"}, dead: []string{"sku=dead-1"}}
+	f := &tableFixture{db: db, queue: dbtest.Name("dashsku"), bad: []string{"sku=bad-1", "sku=bad-2"}, dead: []string{"sku=dead-1"}}
 	now := time.Now().UTC().Truncate(time.Second)
 	msg := hostileRowError
 	rows := []skuItem{{SKU: "ok-1"}, {SKU: "bad-1"}, {SKU: "ok-2"}, {SKU: "bad-2"}, {SKU: "dead-1", Done: true, Error: &msg, FailedAt: &now}}
@@ -87,25 +89,55 @@ func setupTable(t *testing.T) *tableFixture {
 		return seen[f.bad[0]] && seen[f.bad[1]]
 	}, 15*time.Second, 20*time.Millisecond, "the bad rows failed")
 
-	// The app's own query for the rows that failed for good.
-	failedRows := func(ctx context.Context) ([]dashboard.FailedRow, error) {
-		var dead []skuItem
-		if err := db.NewSelect().Model(&dead).Where("error IS NOT NULL").Order("failed_at DESC").Scan(ctx); err != nil {
-			return nil, err
-		}
-		out := make([]dashboard.FailedRow, len(dead))
-		for i, d := range dead {
-			out[i] = dashboard.FailedRow{Key: "sku=" + d.SKU, Error: *d.Error, FailedAt: *d.FailedAt}
-		}
-		return out, nil
+	o := dashboard.Options{}
+	if opts != nil {
+		o = *opts
 	}
+	o.FailedRows = f.failedRowsOption()
 	mux := http.NewServeMux()
-	mux.Handle("/ops/", http.StripPrefix("/ops", dashboard.New(c, &dashboard.Options{
-		FailedRows: map[string]func(context.Context) ([]dashboard.FailedRow, error){f.queue: failedRows},
-	})))
+	mux.Handle("/ops/", http.StripPrefix("/ops", dashboard.New(c, &o)))
 	f.srv = httptest.NewServer(mux)
 	t.Cleanup(f.srv.Close)
 	return f
+}
+
+// failedRows is the app's own query for the rows that failed for good:
+// those with an error.
+func (f *tableFixture) failedRows(ctx context.Context) ([]dashboard.FailedRow, error) {
+	var dead []skuItem
+	if err := f.db.NewSelect().Model(&dead).Where("error IS NOT NULL").Order("failed_at DESC").Scan(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]dashboard.FailedRow, len(dead))
+	for i, d := range dead {
+		out[i] = dashboard.FailedRow{Key: "sku=" + d.SKU, Error: *d.Error, FailedAt: *d.FailedAt}
+	}
+	return out, nil
+}
+
+// failedRowsOption is Options.FailedRows of the fixture's queue.
+func (f *tableFixture) failedRowsOption() map[string]func(context.Context) ([]dashboard.FailedRow, error) {
+	return map[string]func(context.Context) ([]dashboard.FailedRow, error){f.queue: f.failedRows}
+}
+
+// retryRow is the app's retry of a row that failed for good: it clears
+// its error and puts it back in the queue (done = FALSE), by the key
+// failedRows gave it.
+func (f *tableFixture) retryRow(ctx context.Context, key string) error {
+	sku, ok := strings.CutPrefix(key, "sku=")
+	if !ok {
+		return fmt.Errorf("not a key of ours: %q", key)
+	}
+	_, err := f.db.NewUpdate().Model((*skuItem)(nil)).Set("done = FALSE, error = NULL, failed_at = NULL").Where("sku = ?", sku).Exec(ctx)
+	return err
+}
+
+// rowDone returns whether the row sku is done and has no error.
+func (f *tableFixture) rowDone(t *testing.T, sku string) bool {
+	t.Helper()
+	var row skuItem
+	require.NoError(t, f.db.NewSelect().Model(&row).Where("sku = ?", sku).Scan(t.Context()))
+	return row.Done && row.Error == nil
 }
 
 // getPage returns the status and body of GET target on srv.
@@ -132,7 +164,7 @@ func section(t *testing.T, page, id string) string {
 // key (sku=…), once each, with how often, and the rows the app's
 // FailedRows function read; the hostile error shows as text.
 func TestQueuePage(t *testing.T) {
-	f := setupTable(t)
+	f := setupTable(t, nil)
 	status, overview := getPage(t, f.srv, "/ops/")
 	require.Equal(t, http.StatusOK, status)
 	href := "queue?name=" + url.QueryEscape(f.queue)
@@ -165,6 +197,60 @@ func TestQueuePage(t *testing.T) {
 	}
 }
 
+// The queue page has Pause or Resume, as the overview has, behind the
+// CSRF token and Authorize; posted without the script, it comes back to
+// the queue's page, which says what was done and shows the new state.
+func TestQueuePagePauseResume(t *testing.T) {
+	f := setupTable(t, &dashboard.Options{AllowActions: true})
+	t.Cleanup(func() { _ = f.client.ResumeQueue(context.Background(), f.queue) })
+	b := newBrowserClient(t, f.srv.URL)
+	page := "queue?name=" + url.QueryEscape(f.queue)
+	_, body := b.get(t, page)
+	require.Regexp(t, `<span id="state">running</span>`, body)
+	require.Contains(t, body, `<form method="post" action="pause" data-action="pause" id="pause-form">`)
+	require.Contains(t, body, `<input type="hidden" name="back" value="queue">`)
+	token := html.UnescapeString(regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(body)[1])
+
+	res := b.post(t, "pause", url.Values{"name": {f.queue}, "back": {"queue"}, "csrf": {token}}, false)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	back := res.Header.Get("Location")
+	require.Equal(t, "queue?done=pause&name="+url.QueryEscape(f.queue), back)
+	require.True(t, pausedIn(t, f.client, f.queue))
+	_, body = b.get(t, back)
+	require.Contains(t, body, `<p id="notice" role="status">The queue `+f.queue+` is paused, for every process`)
+	require.Contains(t, body, `<span id="state" class="bad">paused</span>`)
+	require.Contains(t, body, `action="resume"`)
+
+	res = b.post(t, "resume", url.Values{"name": {f.queue}, "back": {"queue"}, "csrf": {token}}, false)
+	require.Equal(t, http.StatusSeeOther, res.StatusCode)
+	_, body = b.get(t, res.Header.Get("Location"))
+	require.Contains(t, body, "The queue "+f.queue+" is resumed, for every process.")
+	require.False(t, pausedIn(t, f.client, f.queue))
+
+	// Without actions, or when Authorize refuses the pause: no button.
+	for _, opts := range []*dashboard.Options{{}, {AllowActions: true, Authorize: func(_ *http.Request, a string) bool { return a != dashboard.ActionPause }}} {
+		rec := httptest.NewRecorder()
+		dashboard.New(f.client, opts).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/"+page, nil))
+		require.Equal(t, http.StatusOK, rec.Code)
+		require.NotContains(t, rec.Body.String(), `id="pause-form"`)
+		require.Contains(t, rec.Body.String(), `<span id="state">running</span>`)
+	}
+}
+
+// pausedIn returns whether Stats says queue is paused.
+func pausedIn(t *testing.T, c *bunqueue.Client, queue string) bool {
+	t.Helper()
+	stats, err := c.Stats(t.Context())
+	require.NoError(t, err)
+	for _, st := range stats {
+		if st.Name == queue {
+			return st.Paused
+		}
+	}
+	t.Fatalf("no queue %q in Stats", queue)
+	return false
+}
+
 // The queue page of a name that is no table queue's answers 404: an
 // unknown name, and a jobs queue's, which points to the job browser.
 func TestQueuePageUnknown(t *testing.T) {
@@ -182,7 +268,7 @@ func TestQueuePageUnknown(t *testing.T) {
 // says how many there were; an error or a panic of the function is shown
 // in their place, naming the queue.
 func TestQueuePageFailedRowsLimitAndErrors(t *testing.T) {
-	f := setupTable(t)
+	f := setupTable(t, nil)
 	many := func(context.Context) ([]dashboard.FailedRow, error) {
 		rows := make([]dashboard.FailedRow, dashboard.FailedRowsShown+5)
 		for i := range rows {

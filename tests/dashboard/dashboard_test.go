@@ -235,7 +235,7 @@ func TestActionsNeedCSRFToken(t *testing.T) {
 	del := fmt.Sprint(f.failed[1])
 	res, body = post(t, h, "/delete", url.Values{"id": {del}, "csrf": {token}}, cookie, "Accept", "application/json", "Sec-Fetch-Site", "same-origin")
 	require.Equal(t, http.StatusOK, res.StatusCode, body)
-	require.JSONEq(t, `{"ok": true, "id": `+del+`}`, body)
+	require.JSONEq(t, `{"ok": true, "action": "delete", "id": `+del+`}`, body)
 	require.False(t, f.failedLeft(t, f.failed[1]))
 	res, body = post(t, h, "/delete", url.Values{"id": {del}, "csrf": {token}}, cookie, "Accept", "application/json")
 	require.Equal(t, http.StatusNotFound, res.StatusCode)

@@ -62,7 +62,7 @@ func TestPauseAndResumeButtons(t *testing.T) {
 
 	res, body = post(t, h, "/resume", url.Values{"name": {f.queue}, "csrf": {token}}, cookie, "Accept", "application/json")
 	require.Equal(t, http.StatusOK, res.StatusCode, body)
-	require.JSONEq(t, `{"ok": true, "queue": "`+f.queue+`", "paused": false}`, body)
+	require.JSONEq(t, `{"ok": true, "action": "resume", "queue": "`+f.queue+`", "paused": false}`, body)
 	require.False(t, pausedIn(t, f.client, f.queue))
 
 	res, body = post(t, h, "/pause", url.Values{"name": {"not-a-queue-of-this-client"}, "csrf": {token}}, cookie)
