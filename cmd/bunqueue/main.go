@@ -15,11 +15,15 @@
 //
 // Run "bunqueue <command> -h" for the flags of a command. --dsn and
 // --json, which every command takes, go before or after the command (after
-// it, they win); the command's other flags go after it. Every command
-// reads the DSN from --dsn, else BUNQUEUE_MYSQL_DSN, else
-// root@tcp(127.0.0.1:3306)/test; --json prints its result as JSON. A
-// postgres:// or postgresql:// URL names a PostgreSQL server; any other
-// DSN is a MySQL or MariaDB one. Every command works on both.
+// it, they win); the command's other flags go after it. --json prints the
+// result as JSON.
+//
+// The DSN comes from --dsn, else BUNQUEUE_DSN, else the older names
+// BUNQUEUE_MYSQL_DSN, then BUNQUEUE_PG_DSN, else
+// root@tcp(127.0.0.1:3306)/test. The DSN names the server, whichever
+// variable holds it: a postgres:// or postgresql:// URL is a PostgreSQL
+// server, any other DSN a MySQL or MariaDB one
+// (user:password@tcp(host:3306)/database). Every command works on both.
 //
 // Exit codes: 0 success, 1 an error (the database cannot be reached, the
 // jobs tables are missing, a query failed), 2 a usage error, 3 an id
@@ -51,11 +55,12 @@ const (
 	exitUsage = 2
 )
 
-// defaultDSN is used when neither --dsn nor BUNQUEUE_MYSQL_DSN is set.
+// defaultDSN is used when neither --dsn nor any of dsnVariables is set.
 const defaultDSN = "root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC"
 
 // dsnUsage is the help text of the commands' --dsn flag.
-const dsnUsage = "MySQL/MariaDB DSN, or a postgres:// URL for PostgreSQL (default: $BUNQUEUE_MYSQL_DSN, else " + defaultDSN + ")"
+const dsnUsage = "MySQL/MariaDB DSN, or a postgres:// URL for PostgreSQL (default: $BUNQUEUE_DSN, else the older\n" +
+	"$BUNQUEUE_MYSQL_DSN, then $BUNQUEUE_PG_DSN, else " + defaultDSN + ")"
 
 // command is one subcommand of the tool.
 type command struct {
@@ -167,10 +172,14 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, `Run "bunqueue <command> -h" for the flags of a command. --dsn and --json, which`)
 	fmt.Fprintln(w, "every command takes, go before or after the command (after it, they win); the")
-	fmt.Fprintln(w, "command's other flags go after it. The DSN comes from --dsn,")
-	fmt.Fprintln(w, "else BUNQUEUE_MYSQL_DSN, else "+defaultDSN+".")
-	fmt.Fprintln(w, "A postgres:// (or postgresql://) URL names a PostgreSQL server, any other DSN a")
-	fmt.Fprintln(w, "MySQL or MariaDB one. Every command works on both.")
+	fmt.Fprintln(w, "command's other flags go after it. --json prints the result as JSON.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "The DSN comes from --dsn, else BUNQUEUE_DSN, else the older names")
+	fmt.Fprintln(w, "BUNQUEUE_MYSQL_DSN, then BUNQUEUE_PG_DSN, else")
+	fmt.Fprintln(w, defaultDSN+".")
+	fmt.Fprintln(w, "The DSN names the server, whichever variable holds it: a postgres:// (or")
+	fmt.Fprintln(w, "postgresql://) URL is a PostgreSQL server, any other DSN a MySQL or MariaDB one")
+	fmt.Fprintln(w, "(user:password@tcp(host:3306)/database). Every command works on both.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Exit codes: 0 success, 1 error, 2 usage error, 3 an id was not found (a failed job's, or a job's).")
 	fmt.Fprintln(w)
@@ -195,14 +204,29 @@ func parseFlags(fs *flag.FlagSet, args []string) int {
 	return -1
 }
 
-// dsnFrom returns the DSN of the --dsn flag, else BUNQUEUE_MYSQL_DSN, else
-// defaultDSN.
-func dsnFrom(flagValue string) string {
+// dsnVariable is the environment variable of the DSN when --dsn is not
+// given.
+const dsnVariable = "BUNQUEUE_DSN"
+
+// dsnVariables are the environment variables read for the DSN, in order:
+// dsnVariable, then the older names, which despite theirs have always
+// been read for either server (the server comes from the DSN itself).
+func dsnVariables() []string {
+	return []string{dsnVariable, "BUNQUEUE_MYSQL_DSN", "BUNQUEUE_PG_DSN"}
+}
+
+// resolveDSN returns the DSN of the --dsn flag, else that of the first of
+// dsnVariables that getenv finds set, else defaultDSN; and where it came
+// from, for messages: "from --dsn", "from BUNQUEUE_DSN", "the default,
+// ...".
+func resolveDSN(flagValue string, getenv func(string) string) (dsn, source string) {
 	if flagValue != "" {
-		return flagValue
+		return flagValue, "from --dsn"
 	}
-	if v := os.Getenv("BUNQUEUE_MYSQL_DSN"); v != "" {
-		return v
+	for _, name := range dsnVariables() {
+		if v := getenv(name); v != "" {
+			return v, "from " + name
+		}
 	}
-	return defaultDSN
+	return defaultDSN, "the default, " + defaultDSN
 }
