@@ -128,69 +128,79 @@ func (p moduleProxy) add(t *testing.T, path, version, src string) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "list"), []byte(version+"\n"), 0o644))
 }
 
-// What docs/cli.md tells a user to run: `go install
-// github.com/bunqueue/bunqueue/cmd/bunqueue@VERSION`, here from a module
-// proxy that serves this checkout's modules at the versions the tool's
-// go.mod requires (and the tool at the root module's version, as a
-// release tags both), and the modules of the module cache. No network:
-// every other module comes from the module cache that building the
-// checkout filled.
-func TestGoInstall(t *testing.T) {
+// The tool installs the ways docs/cli.md says: in an app, with `go get
+// -tool`, and anywhere with `go install
+// github.com/bunqueue/bunqueue/cmd/bunqueue@VERSION`.
+func TestInstall(t *testing.T) {
 	t.Parallel()
 	root := checkoutRoot(t)
-	f := toolGoMod(t)
-	version := requiredVersion(t, f, rootModule)
-	tmp := t.TempDir()
-	proxy := moduleProxy{dir: filepath.Join(tmp, "proxy")}
-	proxy.add(t, rootModule, version, root)
-	proxy.add(t, testsModule, requiredVersion(t, f, testsModule), filepath.Join(root, "tests"))
-	proxy.add(t, toolPackage, version, filepath.Join(root, "cmd", "bunqueue"))
 
-	bin := filepath.Join(tmp, "bin")
-	goCommand(t, tmp, []string{
-		"GOPROXY=file://" + filepath.ToSlash(proxy.dir) + ",file://" + filepath.ToSlash(filepath.Join(goEnv(t, "GOMODCACHE"), "cache", "download")),
-		// The module cache keeps a version once fetched: these versions
-		// are this checkout's, so they go in a cache of their own.
-		"GOMODCACHE=" + filepath.Join(tmp, "modcache"),
-		"GOSUMDB=off", // the checkout's modules are in no checksum database
-		"GOFLAGS=-trimpath -modcacherw",
-		"GOBIN=" + bin,
-	}, "install", toolPackage+"@"+version)
+	// An app pins the tool with the go.mod it builds with: `go get -tool
+	// github.com/bunqueue/bunqueue/cmd/bunqueue@VERSION`, then `go tool
+	// bunqueue`. Here from a new module whose replace directives point at
+	// this checkout. Its modules are those the tool's go.mod requires,
+	// older for some than those of the workspace (which the checkout's
+	// builds fetch): they come from the module cache, else from GOPROXY,
+	// into the module cache, for the next step. With them cached, this
+	// runs with GOPROXY=off.
+	t.Run("go get -tool in an app", func(t *testing.T) {
+		app := t.TempDir()
+		goMod := strings.Join([]string{
+			"module example.com/app",
+			"",
+			"go 1.25.0",
+			"",
+			"replace " + rootModule + " => " + root,
+			"replace " + testsModule + " => " + filepath.Join(root, "tests"),
+			"replace " + toolPackage + " => " + filepath.Join(root, "cmd", "bunqueue"),
+			"",
+		}, "\n")
+		require.NoError(t, os.WriteFile(filepath.Join(app, "go.mod"), []byte(goMod), 0o644))
+		sum, err := os.ReadFile("go.sum")
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(app, "go.sum"), sum, 0o644))
 
-	runInstalled(t, filepath.Join(bin, "bunqueue"))
-}
+		// At a version, or the go command asks the proxy for the latest:
+		// the replace directive serves every version.
+		env := []string{"GOFLAGS=-mod=mod"}
+		goCommand(t, app, env, "get", "-tool", toolPackage+"@"+requiredVersion(t, toolGoMod(t), rootModule))
+		require.Contains(t, goCommand(t, app, env, "tool", "bunqueue", "--help"), "Usage: bunqueue")
+		bin := filepath.Join(app, "bunqueue")
+		goCommand(t, app, env, "build", "-o", bin, toolPackage)
+		runInstalled(t, bin)
+	})
+	if t.Failed() {
+		return
+	}
 
-// An app pins the tool with the go.mod it builds with: `go get -tool
-// github.com/bunqueue/bunqueue/cmd/bunqueue@VERSION`, then `go tool
-// bunqueue`. Here from a new module whose replace directives point at
-// this checkout.
-func TestAppTool(t *testing.T) {
-	t.Parallel()
-	root := checkoutRoot(t)
-	app := t.TempDir()
-	goMod := strings.Join([]string{
-		"module example.com/app",
-		"",
-		"go 1.25.0",
-		"",
-		"replace " + rootModule + " => " + root,
-		"replace " + testsModule + " => " + filepath.Join(root, "tests"),
-		"replace " + toolPackage + " => " + filepath.Join(root, "cmd", "bunqueue"),
-		"",
-	}, "\n")
-	require.NoError(t, os.WriteFile(filepath.Join(app, "go.mod"), []byte(goMod), 0o644))
-	sum, err := os.ReadFile("go.sum")
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(app, "go.sum"), sum, 0o644))
+	// What docs/cli.md tells a user to run, here from a module proxy that
+	// serves this checkout's modules at the versions the tool's go.mod
+	// requires (and the tool at the root module's version, as a release
+	// tags both), then the module cache. No network: every other module
+	// is in the module cache (the step above made sure).
+	t.Run("go install @VERSION", func(t *testing.T) {
+		f := toolGoMod(t)
+		version := requiredVersion(t, f, rootModule)
+		tmp := t.TempDir()
+		proxy := moduleProxy{dir: filepath.Join(tmp, "proxy")}
+		proxy.add(t, rootModule, version, root)
+		proxy.add(t, testsModule, requiredVersion(t, f, testsModule), filepath.Join(root, "tests"))
+		proxy.add(t, toolPackage, version, filepath.Join(root, "cmd", "bunqueue"))
 
-	// No network: every module but the checkout's comes from the module
-	// cache that building the checkout filled.
-	env := []string{"GOPROXY=off", "GOSUMDB=off", "GOFLAGS=-mod=mod"}
-	goCommand(t, app, env, "get", "-tool", toolPackage)
-	require.Contains(t, goCommand(t, app, env, "tool", "bunqueue", "--help"), "Usage: bunqueue")
-	bin := filepath.Join(app, "bunqueue")
-	goCommand(t, app, env, "build", "-o", bin, toolPackage)
-	runInstalled(t, bin)
+		bin := filepath.Join(tmp, "bin")
+		goCommand(t, tmp, []string{
+			"GOPROXY=file://" + filepath.ToSlash(proxy.dir) + ",file://" + filepath.ToSlash(filepath.Join(goEnv(t, "GOMODCACHE"), "cache", "download")),
+			// The module cache keeps a version once fetched: these versions
+			// are this checkout's, so they go in a cache of their own
+			// (-trimpath, so that what is compiled from it is reused by the
+			// next run's).
+			"GOMODCACHE=" + filepath.Join(tmp, "modcache"),
+			"GOSUMDB=off", // the checkout's modules are in no checksum database
+			"GOFLAGS=-trimpath -modcacherw",
+			"GOBIN=" + bin,
+		}, "install", toolPackage+"@"+version)
+		runInstalled(t, filepath.Join(bin, "bunqueue"))
+	})
 }
 
 // runInstalled checks that an installed tool runs: its help, and its
