@@ -32,12 +32,17 @@ type cliArgsB struct{}
 
 func (cliArgsB) Kind() string { return "cli_test_b" }
 
-// runWithEnv runs bin with args and extra environment variables.
+// runWithEnv runs bin with args and extra environment variables; the
+// DSN variables of the tests' own environment are cleared first.
 func runWithEnv(t *testing.T, env []string, bin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = os.Environ()
+	for _, name := range dsnVariables() {
+		cmd.Env = append(cmd.Env, name+"=")
+	}
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
 	var exit *exec.ExitError
@@ -66,7 +71,7 @@ func TestCLI(t *testing.T) {
 	t.Run("help lists the commands and exit codes", func(t *testing.T) {
 		stdout, _, code := runBinary(t, bin, "help")
 		require.Equal(t, exitOK, code)
-		for _, c := range []string{"migrate", "stats", "failed", "Exit codes", "BUNQUEUE_MYSQL_DSN"} {
+		for _, c := range []string{"migrate", "stats", "failed", "Exit codes", "BUNQUEUE_DSN"} {
 			require.Contains(t, stdout, c)
 		}
 		stdout, _, code = runBinary(t, bin, "failed", "--help")
@@ -91,7 +96,7 @@ func TestCLI(t *testing.T) {
 		require.Equal(t, exitError, code)
 		require.Contains(t, stderr, "cannot connect")
 		require.Contains(t, stderr, "127.0.0.1:1")
-		require.Contains(t, stderr, "--dsn or BUNQUEUE_MYSQL_DSN")
+		require.Contains(t, stderr, "--dsn or BUNQUEUE_DSN")
 
 		_, stderr, code = runWithEnv(t, []string{"BUNQUEUE_MYSQL_DSN=root@tcp(127.0.0.1:1)/test"}, bin, "failed", "list")
 		require.Equal(t, exitError, code)

@@ -40,17 +40,6 @@ type database struct {
 	source   string // where the DSN came from
 }
 
-// dsnSource says where dsnFrom took the DSN from.
-func dsnSource(flagValue string) string {
-	switch {
-	case flagValue != "":
-		return "from --dsn"
-	case os.Getenv("BUNQUEUE_MYSQL_DSN") != "":
-		return "from BUNQUEUE_MYSQL_DSN"
-	}
-	return "the default, " + defaultDSN
-}
-
 // isPostgresDSN reports whether dsn names a PostgreSQL server: a
 // postgres:// or postgresql:// URL. Anything else is a MySQL DSN.
 func isPostgresDSN(dsn string) bool {
@@ -58,14 +47,14 @@ func isPostgresDSN(dsn string) bool {
 	return strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://")
 }
 
-// connect opens the database of the --dsn flag (else BUNQUEUE_MYSQL_DSN,
-// else the default) and checks that it answers: a PostgreSQL server for a
-// postgres:// or postgresql:// URL, else a MySQL or MariaDB server. Times
-// are read as UTC whatever a MySQL DSN says, as bunqueue needs. Its errors
-// say which server it tried and how to point the tool elsewhere.
+// connect opens the database of the --dsn flag (else of the environment,
+// else the default: resolveDSN) and checks that it answers: a PostgreSQL
+// server for a postgres:// or postgresql:// URL, else a MySQL or MariaDB
+// server, whichever variable held it. Times are read as UTC whatever a
+// MySQL DSN says, as bunqueue needs. Its errors say which server it tried,
+// where its DSN came from and how to point the tool elsewhere.
 func connect(ctx context.Context, flagValue string) (*database, error) {
-	source := dsnSource(flagValue)
-	dsn := dsnFrom(flagValue)
+	dsn, source := resolveDSN(flagValue, os.Getenv)
 	var (
 		d     *database
 		sqldb *sql.DB
@@ -84,7 +73,7 @@ func connect(ctx context.Context, flagValue string) (*database, error) {
 	defer cancel()
 	if err := sqldb.PingContext(pingCtx); err != nil {
 		_ = sqldb.Close()
-		return nil, fmt.Errorf("%s %s (DSN %s): %w; set the DSN with --dsn or BUNQUEUE_MYSQL_DSN",
+		return nil, fmt.Errorf("%s %s (DSN %s): %w; set the DSN with --dsn or BUNQUEUE_DSN",
 			connectFailure(err), d.where, source, err)
 	}
 	if d.postgres {
@@ -103,7 +92,7 @@ func connect(ctx context.Context, flagValue string) (*database, error) {
 func openMySQL(dsn, source string) (*database, *sql.DB, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
-		return nil, nil, fmt.Errorf("the DSN (%s) is not valid: %w; set it with --dsn or BUNQUEUE_MYSQL_DSN, "+
+		return nil, nil, fmt.Errorf("the DSN (%s) is not valid: %w; set it with --dsn or BUNQUEUE_DSN, "+
 			"such as %s (MySQL, MariaDB) or %s (PostgreSQL)", source, err, defaultDSN, examplePGDSN)
 	}
 	cfg.ParseTime = true
@@ -114,7 +103,7 @@ func openMySQL(dsn, source string) (*database, *sql.DB, error) {
 	d := &database{source: source, where: fmt.Sprintf("database %q at %s as %q", cfg.DBName, cfg.Addr, cfg.User)}
 	if cfg.DBName == "" {
 		return nil, nil, fmt.Errorf("the DSN (%s) names no database: add it after the slash, as in %s; "+
-			"set the DSN with --dsn or BUNQUEUE_MYSQL_DSN", source, defaultDSN)
+			"set the DSN with --dsn or BUNQUEUE_DSN", source, defaultDSN)
 	}
 	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
@@ -129,7 +118,7 @@ func openPostgres(dsn, source string) (*database, *sql.DB, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		// pgx's message shows the DSN with its password redacted.
-		return nil, nil, fmt.Errorf("the DSN (%s) is not valid: %w; set it with --dsn or BUNQUEUE_MYSQL_DSN, "+
+		return nil, nil, fmt.Errorf("the DSN (%s) is not valid: %w; set it with --dsn or BUNQUEUE_DSN, "+
 			"such as %s", source, err, examplePGDSN)
 	}
 	if cfg.ConnectTimeout == 0 {

@@ -1,13 +1,14 @@
+// No replace directives: `go install github.com/bunqueue/bunqueue/cmd/bunqueue@VERSION`
+// refuses a go.mod that has one. The bunqueue modules are required at a
+// version (a release, or a commit of main); in a checkout, go.work puts the
+// checkout's own in their place. See docs/cli.md, "Its own module".
 module github.com/bunqueue/bunqueue/cmd/bunqueue
 
 go 1.25.0
 
-replace (
-	github.com/bunqueue/bunqueue => ../../
-	github.com/bunqueue/bunqueue/tests => ../../tests
-)
-
 require (
+	github.com/bunqueue/bunqueue v0.0.0-20261207194126-5cb4d6fdfb8f
+	github.com/bunqueue/bunqueue/tests v0.0.0-20261207194126-5cb4d6fdfb8f
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/stretchr/testify v1.12.1
@@ -18,6 +19,7 @@ require (
 	go.opentelemetry.io/otel v1.46.0 // indirect
 	go.opentelemetry.io/otel/metric v1.46.0 // indirect
 	go.opentelemetry.io/otel/trace v1.46.0 // indirect
+	golang.org/x/mod v0.40.0
 	modernc.org/sqlite v1.59.0 // indirect
 )
 
@@ -42,7 +44,6 @@ require (
 	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/mod v0.40.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
@@ -50,7 +51,3 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
-
-require github.com/bunqueue/bunqueue v0.0.0-00010101000000-000000000000
-
-require github.com/bunqueue/bunqueue/tests v0.0.0-00010101000000-000000000000

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"go/parser"
 	"go/token"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -66,4 +68,25 @@ func TestHelpSaysWhatRuns(t *testing.T) {
 		require.Equal(t, exitOK, code, c.name)
 		require.Contains(t, out, "postgres:// URL for PostgreSQL", "%s -h: its --dsn takes a PostgreSQL URL", c.name)
 	}
+}
+
+// The help, the package doc and docs/cli.md say the same of where --dsn
+// and --json go and of where the DSN comes from; docs/cli.md says how to
+// install the tool.
+func TestHelpAndDocsAgree(t *testing.T) {
+	t.Parallel()
+	out, code := help(t, "--help")
+	require.Equal(t, exitOK, code)
+	docs, err := os.ReadFile(filepath.Join("..", "..", "docs", "cli.md"))
+	require.NoError(t, err)
+	for what, text := range map[string]string{"help": out, "package doc": packageDoc(t), "docs/cli.md": string(docs)} {
+		flat := strings.Join(strings.Fields(text), " ")
+		require.Contains(t, flat, "bunqueue [--dsn DSN] [--json] <command> [flags]", "%s: the usage line", what)
+		require.Contains(t, flat, "before or after the command", "%s: where --dsn and --json go", what)
+		require.Regexp(t, `--dsn.*BUNQUEUE_DSN.*older names.*BUNQUEUE_MYSQL_DSN.*then.*BUNQUEUE_PG_DSN`, flat,
+			"%s: the DSN's sources, in the order they are read", what)
+		require.Regexp(t, `postgres://.*postgresql://.*PostgreSQL.*MySQL or MariaDB`, flat, "%s: the DSN names the server", what)
+	}
+	require.Contains(t, string(docs), "go install "+toolPackage+"@latest", "docs/cli.md: how to install the tool")
+	require.Contains(t, string(docs), "go get -tool "+toolPackage+"@", "docs/cli.md: how an app pins it")
 }

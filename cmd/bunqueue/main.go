@@ -2,7 +2,7 @@
 //
 // Usage:
 //
-//	bunqueue <command> [flags]
+//	bunqueue [--dsn DSN] [--json] <command> [flags]
 //
 // Commands:
 //
@@ -13,11 +13,17 @@
 //	job      get, list, cancel, delete or run jobs now, in any state
 //	help     print this help
 //
-// Run "bunqueue <command> -h" for the flags of a command. Every command
-// reads the DSN from --dsn, else BUNQUEUE_MYSQL_DSN, else
-// root@tcp(127.0.0.1:3306)/test; --json prints its result as JSON. A
-// postgres:// or postgresql:// URL names a PostgreSQL server; any other
-// DSN is a MySQL or MariaDB one. Every command works on both.
+// Run "bunqueue <command> -h" for the flags of a command. --dsn and
+// --json, which every command takes, go before or after the command (after
+// it, they win); the command's other flags go after it. --json prints the
+// result as JSON.
+//
+// The DSN comes from --dsn, else BUNQUEUE_DSN, else the older names
+// BUNQUEUE_MYSQL_DSN, then BUNQUEUE_PG_DSN, else
+// root@tcp(127.0.0.1:3306)/test. The DSN names the server, whichever
+// variable holds it: a postgres:// or postgresql:// URL is a PostgreSQL
+// server, any other DSN a MySQL or MariaDB one
+// (user:password@tcp(host:3306)/database). Every command works on both.
 //
 // Exit codes: 0 success, 1 an error (the database cannot be reached, the
 // jobs tables are missing, a query failed), 2 a usage error, 3 an id
@@ -37,6 +43,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 )
 
 // Exit codes: 0 success, 1 a runtime error, 2 a usage error (and
@@ -47,27 +55,41 @@ const (
 	exitUsage = 2
 )
 
-// defaultDSN is used when neither --dsn nor BUNQUEUE_MYSQL_DSN is set.
+// defaultDSN is used when neither --dsn nor any of dsnVariables is set.
 const defaultDSN = "root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC"
 
 // dsnUsage is the help text of the commands' --dsn flag.
-const dsnUsage = "MySQL/MariaDB DSN, or a postgres:// URL for PostgreSQL (default: $BUNQUEUE_MYSQL_DSN, else " + defaultDSN + ")"
+const dsnUsage = "MySQL/MariaDB DSN, or a postgres:// URL for PostgreSQL (default: $BUNQUEUE_DSN, else the older\n" +
+	"$BUNQUEUE_MYSQL_DSN, then $BUNQUEUE_PG_DSN, else " + defaultDSN + ")"
 
 // command is one subcommand of the tool.
 type command struct {
 	name    string
 	summary string
 	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) int
+	// grouped: its first argument names one of its own subcommands, as
+	// in `failed list`.
+	grouped bool
 }
 
 func commands() []command {
 	return []command{
-		{"migrate", "create or upgrade bunqueue's tables (bunqueue_jobs, bunqueue_failed_jobs, bunqueue_queues)", runMigrate},
-		{"stats", "count the jobs of the jobs table per queue and kind: waiting, scheduled, failed", runStats},
-		{"failed", "list, show, retry or delete failed jobs", runFailed},
-		{"queue", "list, pause or resume queues, for every process", runQueue},
-		{"job", "get, list, cancel, delete or run jobs now, in any state", runJob},
+		{"migrate", "create or upgrade bunqueue's tables (bunqueue_jobs, bunqueue_failed_jobs, bunqueue_queues)", runMigrate, false},
+		{"stats", "count the jobs of the jobs table per queue and kind: waiting, scheduled, failed", runStats, false},
+		{"failed", "list, show, retry or delete failed jobs", runFailed, true},
+		{"queue", "list, pause or resume queues, for every process", runQueue, true},
+		{"job", "get, list, cancel, delete or run jobs now, in any state", runJob, true},
 	}
+}
+
+// lookup returns the command called name.
+func lookup(name string) (command, bool) {
+	for _, c := range commands() {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
 }
 
 func main() {
@@ -79,6 +101,10 @@ func main() {
 
 // run dispatches args to a subcommand and returns the exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	args, code := moveGlobalFlags(args, stdout, stderr)
+	if code >= 0 {
+		return code
+	}
 	if len(args) == 0 {
 		usage(stderr)
 		return exitUsage
@@ -88,18 +114,55 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		usage(stdout)
 		return exitOK
 	}
-	for _, c := range commands() {
-		if c.name == args[0] {
-			return c.run(ctx, args[1:], stdout, stderr)
-		}
+	if c, ok := lookup(args[0]); ok {
+		return c.run(ctx, args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "bunqueue: unknown command %q\n\n", args[0])
 	usage(stderr)
 	return exitUsage
 }
 
+// moveGlobalFlags parses the flags before the command, --dsn and --json
+// (every command takes them), and moves them after the command's name
+// (and its subcommand's, as in `failed list`), where the command parses
+// them before its own flags: a flag given after the command wins. It
+// returns the exit code to stop with, or -1 to go on.
+func moveGlobalFlags(args []string, stdout, stderr io.Writer) ([]string, int) {
+	fs := flag.NewFlagSet("bunqueue", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // the errors are said below
+	fs.String("dsn", "", dsnUsage)
+	fs.Bool("json", false, "print the result as JSON")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout)
+			return nil, exitOK
+		}
+		fmt.Fprintf(stderr, "bunqueue: %v (before the command, only --dsn and --json; the command's other flags go after it)\n\n", err)
+		usage(stderr)
+		return nil, exitUsage
+	}
+	rest := fs.Args()
+	var moved []string
+	fs.Visit(func(f *flag.Flag) { moved = append(moved, "--"+f.Name+"="+f.Value.String()) })
+	if len(moved) == 0 || len(rest) == 0 {
+		return rest, -1
+	}
+	c, ok := lookup(rest[0])
+	at := 1
+	switch {
+	case !ok: // help, or an unknown command: said by run
+		return rest, -1
+	case c.grouped:
+		if len(rest) < 2 || strings.HasPrefix(rest[1], "-") {
+			return rest, -1 // no subcommand: the command says how to call it
+		}
+		at = 2
+	}
+	return slices.Concat(rest[:at], moved, rest[at:]), -1
+}
+
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "Usage: bunqueue <command> [flags]")
+	fmt.Fprintln(w, "Usage: bunqueue [--dsn DSN] [--json] <command> [flags]")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Commands:")
 	for _, c := range commands() {
@@ -107,10 +170,16 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  %-8s %s\n", "help", "print this help")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, `Run "bunqueue <command> -h" for the flags of a command. The DSN comes from --dsn,`)
-	fmt.Fprintln(w, "else BUNQUEUE_MYSQL_DSN, else "+defaultDSN+".")
-	fmt.Fprintln(w, "A postgres:// (or postgresql://) URL names a PostgreSQL server, any other DSN a")
-	fmt.Fprintln(w, "MySQL or MariaDB one. Every command works on both.")
+	fmt.Fprintln(w, `Run "bunqueue <command> -h" for the flags of a command. --dsn and --json, which`)
+	fmt.Fprintln(w, "every command takes, go before or after the command (after it, they win); the")
+	fmt.Fprintln(w, "command's other flags go after it. --json prints the result as JSON.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "The DSN comes from --dsn, else BUNQUEUE_DSN, else the older names")
+	fmt.Fprintln(w, "BUNQUEUE_MYSQL_DSN, then BUNQUEUE_PG_DSN, else")
+	fmt.Fprintln(w, defaultDSN+".")
+	fmt.Fprintln(w, "The DSN names the server, whichever variable holds it: a postgres:// (or")
+	fmt.Fprintln(w, "postgresql://) URL is a PostgreSQL server, any other DSN a MySQL or MariaDB one")
+	fmt.Fprintln(w, "(user:password@tcp(host:3306)/database). Every command works on both.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Exit codes: 0 success, 1 error, 2 usage error, 3 an id was not found (a failed job's, or a job's).")
 	fmt.Fprintln(w)
@@ -135,14 +204,29 @@ func parseFlags(fs *flag.FlagSet, args []string) int {
 	return -1
 }
 
-// dsnFrom returns the DSN of the --dsn flag, else BUNQUEUE_MYSQL_DSN, else
-// defaultDSN.
-func dsnFrom(flagValue string) string {
+// dsnVariable is the environment variable of the DSN when --dsn is not
+// given.
+const dsnVariable = "BUNQUEUE_DSN"
+
+// dsnVariables are the environment variables read for the DSN, in order:
+// dsnVariable, then the older names, which despite theirs have always
+// been read for either server (the server comes from the DSN itself).
+func dsnVariables() []string {
+	return []string{dsnVariable, "BUNQUEUE_MYSQL_DSN", "BUNQUEUE_PG_DSN"}
+}
+
+// resolveDSN returns the DSN of the --dsn flag, else that of the first of
+// dsnVariables that getenv finds set, else defaultDSN; and where it came
+// from, for messages: "from --dsn", "from BUNQUEUE_DSN", "the default,
+// ...".
+func resolveDSN(flagValue string, getenv func(string) string) (dsn, source string) {
 	if flagValue != "" {
-		return flagValue
+		return flagValue, "from --dsn"
 	}
-	if v := os.Getenv("BUNQUEUE_MYSQL_DSN"); v != "" {
-		return v
+	for _, name := range dsnVariables() {
+		if v := getenv(name); v != "" {
+			return v, "from " + name
+		}
 	}
-	return defaultDSN
+	return defaultDSN, "the default, " + defaultDSN
 }

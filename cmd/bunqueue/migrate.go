@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/bunqueue/bunqueue"
 	"github.com/bunqueue/bunqueue/internal/migrate"
@@ -40,7 +41,8 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return code
 	}
 	if *printSQL {
-		fmt.Fprint(stdout, schemaSQL(dsnFrom(*dsnFlag)))
+		dsn, _ := resolveDSN(*dsnFlag, os.Getenv)
+		fmt.Fprint(stdout, schemaSQL(dsn))
 		return exitOK
 	}
 	d, err := connect(ctx, *dsnFlag)

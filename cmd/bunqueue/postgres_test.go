@@ -97,7 +97,7 @@ func TestPostgres(t *testing.T) {
 		require.Equal(t, exitError, code)
 		require.Contains(t, stderr, "cannot connect to")
 		require.Contains(t, stderr, "127.0.0.1:1")
-		require.Contains(t, stderr, "--dsn or BUNQUEUE_MYSQL_DSN")
+		require.Contains(t, stderr, "--dsn or BUNQUEUE_DSN")
 
 		// This server may trust every login, so an unknown role stands for
 		// a bad password: both are refused logins (28000, 28P01).
