@@ -203,7 +203,7 @@ func (c *Client) leaseEnv() *lease.Env {
 		},
 		Finished: c.finishedJob, BatchTarget: BatchTarget,
 		Report: func(f *lease.Failure) error {
-			return &ItemError{Queue: f.Queue, Key: fmt.Sprintf("id=%d", f.ID), Err: f.Err, Recorded: f.Recorded,
+			return &ItemError{Queue: f.Queue, Key: jobKey(f.ID), Err: f.Err, Recorded: f.Recorded,
 				job: &jobFate{id: f.ID, kind: f.Kind, attempt: f.Attempt, maxAttempts: f.MaxAttempts, outcome: f.Outcome, after: f.After, stopped: f.Stopped}}
 		},
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -163,6 +164,12 @@ type Failure struct {
 	Error string `json:"error"`
 	// At is when the failure was counted, by this process's clock.
 	At time.Time `json:"at"`
+	// SucceededAt is when this client next completed the same row (the
+	// same queue and key) after the failure, by this process's clock; zero
+	// if it has not since. Like the failures themselves, it is this
+	// client's view only: a completion by another process or client leaves
+	// it zero.
+	SucceededAt time.Time `json:"succeeded_at,omitzero"`
 }
 
 // RecentFailuresLimit is how many failures Client.RecentFailures keeps,
@@ -207,15 +214,16 @@ func (m *counters) running(queue string, n int, run func() engine.Result) engine
 }
 
 // add counts rows or jobs of queue that finished at now: processed of
-// them completed, and the errors of the others.
-func (m *counters) add(queue string, processed int, errs []error, now time.Time) {
+// them completed, and the errors of the others. completed, if not nil,
+// returns the keys of the completed ones (see stats.Counters.Add).
+func (m *counters) add(queue string, processed int, completed func() []string, errs []error, now time.Time) {
 	var failures []stats.Failure
 	for _, err := range errs {
 		if isFailure(err) {
 			failures = append(failures, failure(queue, err, now))
 		}
 	}
-	m.Add(queue, processed, failures, now)
+	m.Add(queue, processed, completed, failures, now)
 }
 
 // failure describes err, an item's error, as a Failure.
@@ -233,23 +241,27 @@ func failure(queue string, err error, now time.Time) stats.Failure {
 }
 
 // finishedBatch counts what a claim transaction of queue did, once it
-// ended: its completed rows, and its failed ones if it committed (a batch
-// that did not commit put its rows back as they were).
+// ended: its completed rows, marking their earlier failures, and its
+// failed ones if it committed (a batch that did not commit put its rows
+// back as they were).
 func (c *Client) finishedBatch(queue string, res engine.Result) {
 	if res.Err == nil {
-		c.counts.add(queue, res.Done, res.ItemErrs, time.Now())
+		c.counts.add(queue, res.Done, func() []string { return res.Completed }, res.ItemErrs, time.Now())
 	}
 }
 
-// finishedJob counts one lease-mode job of queue, once it ended with err
-// (nil: completed).
-func (c *Client) finishedJob(queue string, err error) {
+// finishedJob counts one lease-mode job of queue, job id, once it ended
+// with err (nil: completed, marking its earlier failures).
+func (c *Client) finishedJob(queue string, id int64, err error) {
 	if err == nil {
-		c.counts.add(queue, 1, nil, time.Now())
+		c.counts.add(queue, 1, func() []string { return []string{jobKey(id)} }, nil, time.Now())
 	} else {
-		c.counts.add(queue, 0, []error{err}, time.Now())
+		c.counts.add(queue, 0, nil, []error{err}, time.Now())
 	}
 }
+
+// jobKey is a job's key in its failures: "id=42".
+func jobKey(id int64) string { return "id=" + strconv.FormatInt(id, 10) }
 
 // isFailure reports whether an item's error counts as a failure in Stats:
 // a snooze does not, nor a job given back because the client stopped.

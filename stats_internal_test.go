@@ -24,7 +24,7 @@ func TestStatsFailures(t *testing.T) {
 	m := &c.counts
 	now := time.Unix(1_800_000_000, 0)
 	long := "x" + strings.Repeat("é", RecentFailureBytes/2) // cut inside a rune
-	m.add("q", 2, []error{
+	m.add("q", 2, nil, []error{
 		&ItemError{Queue: "q", Key: "id=1", Err: errors.New("boom")},
 		&ItemError{Queue: "q", Key: "id=2", Err: Snooze(time.Second)},
 		&ItemError{Queue: "q", Key: "id=3", Err: fmt.Errorf("released on stop: %w", context.Canceled)},

@@ -44,12 +44,15 @@ type queueView struct {
 
 // FailingRow is a row of a table queue whose latest failures this
 // process saw (Client.RecentFailures): its key, its latest error and
-// when, and how many of the recent failures were its.
+// when, how many of the recent failures were its, and when this process
+// completed it after its latest failure (zero: not since; see
+// bunqueue.Failure.SucceededAt).
 type FailingRow struct {
-	Key   string
-	Error string
-	At    time.Time
-	Times int
+	Key         string
+	Error       string
+	At          time.Time
+	Times       int
+	SucceededAt time.Time
 }
 
 // failingRows groups the failures of queue among failures (newest
@@ -66,7 +69,11 @@ func failingRows(queue string, failures []bunqueue.Failure) []FailingRow {
 			continue
 		}
 		at[f.Key] = len(out)
-		out = append(out, FailingRow{Key: f.Key, Error: f.Error, At: f.At.UTC(), Times: 1})
+		row := FailingRow{Key: f.Key, Error: f.Error, At: f.At.UTC(), Times: 1}
+		if !f.SucceededAt.IsZero() {
+			row.SucceededAt = f.SucceededAt.UTC()
+		}
+		out = append(out, row)
 	}
 	return out
 }

@@ -83,6 +83,7 @@ func (q *Queue[T]) runOneByOne(ctx context.Context, s *claimconn.Session, keys [
 		all.Claimed += r.Claimed
 		all.Got = append(all.Got, r.Got...)
 		all.Done += r.Done
+		all.Completed = append(all.Completed, r.Completed...)
 		all.Work += r.Work
 		all.ItemErrs = append(all.ItemErrs, r.ItemErrs...)
 		all.Err = errors.Join(all.Err, r.Err)

@@ -542,5 +542,5 @@ func (b *claimTx[T]) commit(ctx context.Context) {
 	for _, id := range b.succeeded {
 		q.Cool.Forget(id)
 	}
-	b.res.Done = len(b.succeeded)
+	b.res.Done, b.res.Completed = len(b.succeeded), b.succeeded
 }

@@ -96,6 +96,9 @@ type Result struct {
 	Done     int      // rows processed and committed
 	ItemErrs []error  // one error per failed row
 	Err      error    // what kept the batch from committing
+	// Completed are the ids of the Done rows (lock mode; a lease-mode
+	// batch counts each job as it completes, see lease.Env.Finished).
+	Completed []string
 	// OneByOne are rows to claim again one per transaction: the batch
 	// handler's call timed out and took the transaction down with it.
 	OneByOne []Key

@@ -81,7 +81,7 @@ func (d *leaseCompletions) flush(ctx context.Context, res *engine.Result) {
 		default:
 			ierr = j.leaseGone(lost, nil)
 		}
-		d.l.record(res, ierr, d.ends[i])
+		d.l.record(res, j.row.ID, ierr, d.ends[i])
 	}
 	d.jobs, d.ends = d.jobs[:0], d.ends[:0]
 }

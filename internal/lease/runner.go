@@ -67,9 +67,9 @@ type Env struct {
 	Outcome func(cause error, attempt, maxAttempts int) string
 	// Attrs are the span attributes of a job's attempt.
 	Attrs func(row *jobsql.Row, attempt int) []attribute.KeyValue
-	// Finished counts a job that ran, for Stats: err is its Failure's
-	// report, or nil.
-	Finished func(queue string, err error)
+	// Finished counts a job that ran, for Stats: id is its id, err its
+	// Failure's report, or nil (completed).
+	Finished func(queue string, id int64, err error)
 	// Report turns a job's failure into the error the worker logs.
 	Report func(f *Failure) error
 	// BatchTarget bounds how long the jobs of a batch that succeeded
@@ -368,7 +368,7 @@ func (l *Runner) runOne(ctx context.Context, keeper *Keeper, row *jobsql.Row, st
 	default:
 		ierr = j.settle(ctx, err, keeper.Finish(row.ID))
 	}
-	l.record(res, ierr, end)
+	l.record(res, j.row.ID, ierr, end)
 }
 
 // skip gives back at once, without using its attempt, a job that may not
@@ -380,17 +380,17 @@ func (l *Runner) skip(ctx context.Context, keeper *Keeper, j *leasedJob, err err
 	defer cancel()
 	_, rerr := j.release(fctx)
 	if err = errors.Join(err, rerr); err != nil {
-		l.record(res, j.failure(fmt.Errorf("bunqueue: the job was not started (its rate slot could not cover it), and: %w", err)), end)
+		l.record(res, j.row.ID, j.failure(fmt.Errorf("bunqueue: the job was not started (its rate slot could not cover it), and: %w", err)), end)
 		return
 	}
 	end(nil)
 }
 
-// record ends a job's spans with ierr, its error for the batch (nil once
-// it completed), counts it for Client.Stats and adds it to res.
-func (l *Runner) record(res *engine.Result, ierr error, end func(ierr error)) {
+// record ends the spans of job id with ierr, its error for the batch
+// (nil once it completed), counts it for Client.Stats and adds it to res.
+func (l *Runner) record(res *engine.Result, id int64, ierr error, end func(ierr error)) {
 	end(ierr)
-	l.Env.Finished(l.Queue, ierr)
+	l.Env.Finished(l.Queue, id, ierr)
 	if ierr != nil {
 		res.ItemErrs = append(res.ItemErrs, ierr)
 	} else {

@@ -17,13 +17,16 @@ import (
 const RecentLimit = 100
 
 // Failure is one failure of a row or job: its queue, the key of its row,
-// its message, and when it was counted. Its fields are the root's
-// Failure's, in their order, so that one converts to the other.
+// its message, when it was counted, and when the same row (queue and
+// key) was first completed after it (zero: not since). Its fields are
+// the root's Failure's, in their order, so that one converts to the
+// other.
 type Failure struct {
-	Queue string
-	Key   string
-	Error string
-	At    time.Time
+	Queue       string
+	Key         string
+	Error       string
+	At          time.Time
+	SucceededAt time.Time
 }
 
 // Figures are one queue's counts as of a time: its items in flight, and
@@ -48,6 +51,10 @@ type Counters struct {
 // queueCounts are one queue's counts.
 type queueCounts struct {
 	inFlight int
+	// unmarked counts, by key, the kept failures of the queue's rows
+	// that no completion marked yet: nil when there are none, so that a
+	// batch of a queue without recent failures looks up nothing.
+	unmarked map[string]int
 	seconds  window      // by unix second
 	minutes  window      // by unix minute
 	waits    *waitWindow // a jobs queue's waits before start, nil until one started
@@ -95,8 +102,11 @@ func (m *Counters) queue(name string) *queueCounts {
 
 // Add counts rows or jobs of queue that finished at now: processed of
 // them completed, and failures failed. It keeps the failures, the latest
-// RecentLimit of them.
-func (m *Counters) Add(queue string, processed int, failures []Failure, now time.Time) {
+// RecentLimit of them. completed, if not nil, returns the keys of the
+// completed rows: the kept failures of those rows that no completion
+// marked yet get now as their SucceededAt. It is called only when queue
+// has such failures, so that a queue without them pays nothing for it.
+func (m *Counters) Add(queue string, processed int, completed func() []string, failures []Failure, now time.Time) {
 	if processed == 0 && len(failures) == 0 {
 		return
 	}
@@ -105,9 +115,59 @@ func (m *Counters) Add(queue string, processed int, failures []Failure, now time
 	q := m.queue(queue)
 	q.seconds.add(now.Unix(), int64(processed), int64(len(failures)))
 	q.minutes.add(now.Unix()/60, int64(processed), int64(len(failures)))
+	if len(q.unmarked) > 0 && processed > 0 && completed != nil {
+		for _, key := range completed() {
+			m.mark(queue, q, key, now)
+		}
+	}
+	for _, f := range failures {
+		if fq := m.queue(f.Queue); f.Key != "" {
+			if fq.unmarked == nil {
+				fq.unmarked = map[string]int{}
+			}
+			fq.unmarked[f.Key]++
+		}
+	}
 	m.recent = append(m.recent, failures...)
 	if over := len(m.recent) - RecentLimit; over > 0 {
+		for _, f := range m.recent[:over] {
+			if f.Key != "" && f.SucceededAt.IsZero() {
+				m.forget(m.queues[f.Queue], f.Key)
+			}
+		}
 		m.recent = append(m.recent[:0], m.recent[over:]...)
+	}
+}
+
+// mark sets the SucceededAt of the kept failures of key, a row of queue
+// (whose counts are q) just completed at now, that no completion marked
+// yet. Call with m.mu held.
+func (m *Counters) mark(queue string, q *queueCounts, key string, now time.Time) {
+	if q.unmarked[key] == 0 {
+		return
+	}
+	delete(q.unmarked, key)
+	if len(q.unmarked) == 0 {
+		q.unmarked = nil
+	}
+	for i := range m.recent {
+		if f := &m.recent[i]; f.Queue == queue && f.Key == key && f.SucceededAt.IsZero() {
+			f.SucceededAt = now
+		}
+	}
+}
+
+// forget takes one unmarked failure of key off q's count, as it leaves
+// the kept failures. Call with m.mu held.
+func (m *Counters) forget(q *queueCounts, key string) {
+	if q == nil {
+		return
+	}
+	if q.unmarked[key]--; q.unmarked[key] <= 0 {
+		delete(q.unmarked, key)
+		if len(q.unmarked) == 0 {
+			q.unmarked = nil
+		}
 	}
 }
 

@@ -19,10 +19,10 @@ func TestStatsHistory(t *testing.T) {
 	require.Equal(t, make([]int64, HistoryMinutes), h.Processed, "nothing counted yet")
 	require.Equal(t, make([]int64, HistoryMinutes), h.Failed)
 
-	m.Add("q", 5, []Failure{{Queue: "q", Key: "id=1", Error: "boom", At: t0}}, t0)
-	m.Add("q", 2, nil, t0.Add(59*time.Second))
-	m.Add("q", 3, nil, t0.Add(10*time.Minute+30*time.Second))
-	m.Add("other", 100, nil, t0.Add(10*time.Minute))
+	m.Add("q", 5, nil, []Failure{{Queue: "q", Key: "id=1", Error: "boom", At: t0}}, t0)
+	m.Add("q", 2, nil, nil, t0.Add(59*time.Second))
+	m.Add("q", 3, nil, nil, t0.Add(10*time.Minute+30*time.Second))
+	m.Add("other", 100, nil, nil, t0.Add(10*time.Minute))
 	now := t0.Add(10*time.Minute + 31*time.Second)
 	h = m.History("q", now)
 	require.Equal(t, "q", h.Queue)
@@ -103,7 +103,7 @@ func TestWaitHistory(t *testing.T) {
 	m.Started("q", 2*time.Second, t0.Add(59*time.Second))
 	m.Started("q", 0, t0.Add(10*time.Minute))
 	m.Started("other", time.Hour, t0)
-	m.Add("table", 3, nil, t0)
+	m.Add("table", 3, nil, nil, t0)
 
 	h := m.History("q", t0.Add(10*time.Minute+1*time.Second))
 	zeros := make([]time.Duration, HistoryMinutes)
