@@ -2,7 +2,8 @@
 // order it runs (Queue.tryBatch): BEGIN; a slot of the GlobalLimit and
 // the RateLimit's tokens; the claim of the rows, by the keys the feed
 // read, with SELECT … FOR UPDATE SKIP LOCKED; the KeyLimit's and
-// KeyRate's slots; the handlers, each row in a savepoint taken before its
+// KeyRate's slots; the handlers, each row once its rate slots cover its
+// start (internal/limit's Cover), in a savepoint taken before its
 // handler's first statement; the re-check that the rows left the queue;
 // the undo of the rows that did not; each row's outcome; the completion
 // of the jobs queues' rows; COMMIT. Deadlocks retry the whole
