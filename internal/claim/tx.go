@@ -104,8 +104,7 @@ type claimTx[T any] struct {
 }
 
 // end rolls back the transaction if it is still open, settles the
-// KeyRate slots of its rows (see limit.Settle; not those it took itself,
-// on SQLite), and ends the
+// rate slots of its rows (see limit.Settle), and ends the
 // spans. A batch that did not commit leaves every row as it was: each
 // item's span says so.
 func (b *claimTx[T]) end(ctx context.Context) {
@@ -115,8 +114,9 @@ func (b *claimTx[T]) end(ctx context.Context) {
 	if len(b.keySlots) > 0 {
 		b.q.KeyLimit.Freed(b.keySlots)
 	}
-	if !b.keepTokens {
-		limit.Settle(ctx, b.q.Env.Logger, b.q.Env.DB, b.keyCovers)
+	limit.Settle(ctx, b.q.Env.Logger, b.q.Env.DB, b.keyCovers)
+	if b.q.Rate.InClaim() {
+		b.tk.Settle(ctx, b.q.Env.Logger) // taken in this transaction (SQLite); else RunBatch settles them
 	}
 	tel := b.q.Env.Tel
 	for _, it := range b.spans {

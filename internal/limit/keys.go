@@ -186,11 +186,7 @@ func (k *Keys) takeKeys(ctx context.Context, tx bun.IDB, keys []string, vals map
 // for an item without a key; see Cover.Start). A key left short is
 // marked full until its next slot is free.
 func (k *Keys) TakeTokens(ctx context.Context, tx bun.IDB, per time.Duration, n int, keyOf KeyOf) ([]bool, []*Cover, error) {
-	return k.takeTokens(ctx, tx, per, Grace(per), n, keyOf)
-}
-
-// takeTokens is TakeTokens, with grace past per (see Grace).
-func (k *Keys) takeTokens(ctx context.Context, tx bun.IDB, per, grace time.Duration, n int, keyOf KeyOf) ([]bool, []*Cover, error) {
+	grace := Grace(per)
 	need := map[string]int{}
 	var order []string
 	vals := map[string]any{}
@@ -234,10 +230,10 @@ func (k *Keys) takeTokens(ctx context.Context, tx bun.IDB, per, grace time.Durat
 // of their own, which commits whatever becomes of the batch; on SQLite,
 // whose one writer is the claim transaction tx, in it: inTx says so, and
 // every row must then run in a savepoint, so that a failed handler does
-// not undo them, and their holds are not settled (see unsettledGrace).
+// not undo them.
 func (k *Keys) TakeTokensForClaim(ctx context.Context, tx bun.IDB, per time.Duration, n int, keyOf KeyOf) (run []bool, covers []*Cover, inTx bool, err error) {
 	if !k.rowLocks {
-		run, covers, err = k.takeTokens(ctx, tx, per, unsettledGrace(per), n, keyOf)
+		run, covers, err = k.TakeTokens(ctx, tx, per, n, keyOf)
 		return run, covers, true, err
 	}
 	err = k.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) (err error) {

@@ -96,12 +96,7 @@ func (r *Rate) Take(ctx context.Context, tx bun.IDB, most int) ([]int, error) {
 // grace from now; the caller notes the time before it calls Hold, for
 // the slots' covers (see Cover).
 func (r *Rate) Hold(ctx context.Context, tx bun.IDB, slots []int, holder string) error {
-	return r.hold(ctx, tx, slots, holder, Grace(r.per))
-}
-
-// hold is Hold with grace past Per.
-func (r *Rate) hold(ctx context.Context, tx bun.IDB, slots []int, holder string, grace time.Duration) error {
-	if err := r.sql.Hold(ctx, tx, r.limit, slots, holder, r.per+grace); err != nil {
+	if err := r.sql.Hold(ctx, tx, r.limit, slots, holder, r.per+Grace(r.per)); err != nil {
 		return fmt.Errorf("bunqueue: queue %q: holding slots of its RateLimit: %w", r.limit.Queue, err)
 	}
 	return nil

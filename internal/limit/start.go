@@ -35,13 +35,6 @@ const minGrace = 2 * time.Millisecond
 // the take.
 func Grace(per time.Duration) time.Duration { return max(per/2, minGrace) }
 
-// unsettledGrace is the grace of a hold that no batch settles: the
-// slots that SQLite's claim transaction takes and holds itself (its
-// commit ends them with the batch; a settle after it is not used
-// there). A tenth of per, at least minGrace: such a slot serves a start
-// every 1.1 Per at best.
-func unsettledGrace(per time.Duration) time.Duration { return max(per/10, minGrace) }
-
 // margin is what a settled hold keeps past Per from its start: the start
 // the limit counts is the engine's check, and the handler's own first
 // instant comes a moment later.

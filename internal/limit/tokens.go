@@ -50,9 +50,6 @@ func (tk *Tokens) Start(ctx context.Context, tx bun.IDB) (bool, error) {
 		db = tx
 	}
 	c := tk.r.Cover(tk.slots[tk.used], tk.holder, tk.took)
-	if tk.inTx {
-		c.grace = unsettledGrace(tk.r.per)
-	}
 	tk.used++ // started or not, the slot is spent: a late one may be another's
 	ok, err := c.Start(ctx, db)
 	tk.started = append(tk.started, c.started)
@@ -75,15 +72,13 @@ func (tk *Tokens) Hold(ctx context.Context, tx bun.IDB, n int) error {
 		return nil
 	}
 	tk.took = time.Now()
-	return tk.r.hold(ctx, tx, tk.slots[:n], tk.holder, unsettledGrace(tk.r.per))
+	return tk.r.Hold(ctx, tx, tk.slots[:n], tk.holder)
 }
 
 // Settle ends the batch's holds, once its items have started: see
-// Settle. A slot the batch did not use is given back. Slots taken in the
-// claim transaction (SQLite) are not settled: their holds were taken
-// with the shorter unsettledGrace.
+// Settle. A slot the batch did not use is given back.
 func (tk *Tokens) Settle(ctx context.Context, log *slog.Logger) {
-	if tk == nil || len(tk.slots) == 0 || tk.inTx {
+	if tk == nil || len(tk.slots) == 0 {
 		return
 	}
 	covers := make([]*Cover, len(tk.slots))
