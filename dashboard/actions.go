@@ -53,6 +53,16 @@ func (h *handler) check(r *http.Request, action string) (int, string) {
 	return 0, ""
 }
 
+// refuseReply answers a refused action: reply, whose Error the caller has
+// set to msg, to a script that wants JSON, else msg as text.
+func refuseReply(w http.ResponseWriter, r *http.Request, status int, msg string, reply any) {
+	if wantsJSON(r) {
+		writeJSON(w, status, reply)
+		return
+	}
+	refuseText(w, status, msg)
+}
+
 // refuseText answers a refused action of a request that does not accept
 // JSON with status and msg, as text.
 func refuseText(w http.ResponseWriter, status int, msg string) {

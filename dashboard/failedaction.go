@@ -33,12 +33,8 @@ type ActionResult struct {
 func (h *handler) failedAction(w http.ResponseWriter, r *http.Request, what string) {
 	res := ActionResult{Action: what}
 	refuse := func(status int, msg string) {
-		if wantsJSON(r) {
-			res.Error = msg
-			writeJSON(w, status, res)
-			return
-		}
-		refuseText(w, status, msg)
+		res.Error = msg
+		refuseReply(w, r, status, msg, res)
 	}
 	if status, msg := readPost(w, r, formLimit); status != 0 {
 		refuse(status, msg)

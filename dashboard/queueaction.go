@@ -34,12 +34,8 @@ type QueueResult struct {
 func (h *handler) queueAction(w http.ResponseWriter, r *http.Request, what string) {
 	res := QueueResult{Action: what}
 	refuse := func(status int, msg string) {
-		if wantsJSON(r) {
-			res.Error = msg
-			writeJSON(w, status, res)
-			return
-		}
-		refuseText(w, status, msg)
+		res.Error = msg
+		refuseReply(w, r, status, msg, res)
 	}
 	if status, msg := readPost(w, r, formLimit); status != 0 {
 		refuse(status, msg)

@@ -50,11 +50,7 @@ func (h *handler) rowAction(w http.ResponseWriter, r *http.Request) {
 	res := RowActionResult{Action: ActionRetryRow, Rows: []RowOutcome{}}
 	answer := func(status int, msg string) {
 		res.Error = msg
-		if wantsJSON(r) {
-			writeJSON(w, status, res)
-			return
-		}
-		refuseText(w, status, msg)
+		refuseReply(w, r, status, msg, res)
 	}
 	if status, msg := readPost(w, r, jobFormLimit); status != 0 {
 		answer(status, msg)
