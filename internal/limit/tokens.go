@@ -15,10 +15,9 @@ type Tokens struct {
 	r      *Rate
 	holder string
 	slots  []int
-	used   int
 	took   time.Time // just before the slots were held, for their covers
-	// started are when the items of the used slots started, by slot
-	// index; zero for a slot that did not serve a start.
+	// started are, for each slot spent so far (the first len(started)),
+	// when its item started; zero for a slot that did not serve a start.
 	started []time.Time
 	inTx    bool // taken in the claim transaction, and held there (Hold)
 }
@@ -29,7 +28,7 @@ func (tk *Tokens) Left(n int) int {
 	if tk == nil {
 		return n
 	}
-	return min(n, len(tk.slots)-tk.used)
+	return min(n, len(tk.slots)-len(tk.started))
 }
 
 // Start reports whether the batch's next item may start now, under the
@@ -42,17 +41,17 @@ func (tk *Tokens) Start(ctx context.Context, tx bun.IDB) (bool, error) {
 	if tk == nil {
 		return true, nil
 	}
-	if tk.used >= len(tk.slots) {
+	spent := len(tk.started)
+	if spent >= len(tk.slots) {
 		return false, nil
 	}
 	db := tk.r.db
 	if tk.inTx {
 		db = tx
 	}
-	c := tk.r.Cover(tk.slots[tk.used], tk.holder, tk.took)
-	tk.used++ // started or not, the slot is spent: a late one may be another's
+	c := tk.r.Cover(tk.slots[spent], tk.holder, tk.took)
 	ok, err := c.Start(ctx, db)
-	tk.started = append(tk.started, c.started)
+	tk.started = append(tk.started, c.started) // started or not, the slot is spent: a late one may be another's
 	return ok, err
 }
 
