@@ -186,7 +186,6 @@ func (k *Keys) takeKeys(ctx context.Context, tx bun.IDB, keys []string, vals map
 // for an item without a key; see Cover.Start). A key left short is
 // marked full until its next slot is free.
 func (k *Keys) TakeTokens(ctx context.Context, tx bun.IDB, per time.Duration, n int, keyOf KeyOf) ([]bool, []*Cover, error) {
-	grace := Grace(per)
 	need := map[string]int{}
 	var order []string
 	vals := map[string]any{}
@@ -202,7 +201,7 @@ func (k *Keys) TakeTokens(ctx context.Context, tx bun.IDB, per time.Duration, n 
 	holder, took := NewToken(), time.Now()
 	got := make(map[string][]int, len(order))
 	for _, key := range order {
-		slots, err := k.takeFor(ctx, tx, per, grace, key, vals[key], need[key], holder)
+		slots, err := k.takeFor(ctx, tx, per, key, vals[key], need[key], holder)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -218,7 +217,7 @@ func (k *Keys) TakeTokens(ctx context.Context, tx bun.IDB, per time.Duration, n 
 		}
 		if slots := got[key]; len(slots) > 0 {
 			run[i] = true
-			covers[i] = &Cover{sql: k.sql, limit: k.limit(key), slot: slots[0], holder: holder, per: per, grace: grace, took: took}
+			covers[i] = &Cover{sql: k.sql, limit: k.limit(key), slot: slots[0], holder: holder, per: per, took: took}
 			got[key] = slots[1:]
 		}
 	}
@@ -245,14 +244,14 @@ func (k *Keys) TakeTokensForClaim(ctx context.Context, tx bun.IDB, per time.Dura
 
 // takeFor takes and holds up to most slots of key's rate for holder, and
 // returns them.
-func (k *Keys) takeFor(ctx context.Context, tx bun.IDB, per, grace time.Duration, key string, val any, most int, holder string) ([]int, error) {
+func (k *Keys) takeFor(ctx context.Context, tx bun.IDB, per time.Duration, key string, val any, most int, holder string) ([]int, error) {
 	if err := k.ensure(ctx, tx, key); err != nil {
 		return nil, err
 	}
 	l := k.limit(key)
 	slots, err := k.sql.Take(ctx, tx, l, k.n, most)
 	if err == nil && len(slots) > 0 {
-		err = k.sql.Hold(ctx, tx, l, slots, holder, per+grace)
+		err = k.sql.Hold(ctx, tx, l, slots, holder, per+Grace(per))
 	}
 	if err == nil && len(slots) < most {
 		var wait time.Duration

@@ -53,7 +53,6 @@ type Cover struct {
 	slot   int
 	holder string
 	per    time.Duration
-	grace  time.Duration // past per, from took: see Grace
 	took   time.Time
 	// started is when Start let the item start; zero until it did.
 	started time.Time
@@ -68,7 +67,7 @@ func (c *Cover) Start(ctx context.Context, db bun.IDB) (bool, error) {
 	if c == nil {
 		return true, nil
 	}
-	g := c.grace
+	g := Grace(c.per)
 	for try := 0; ; try++ {
 		if time.Since(c.took) <= g/2 {
 			c.started = time.Now()
@@ -142,5 +141,5 @@ func (r *Rate) Cover(slot int, holder string, took time.Time) *Cover {
 	if r == nil {
 		return nil
 	}
-	return &Cover{sql: r.sql, limit: r.limit, slot: slot, holder: holder, per: r.per, grace: Grace(r.per), took: took}
+	return &Cover{sql: r.sql, limit: r.limit, slot: slot, holder: holder, per: r.per, took: took}
 }
