@@ -17,10 +17,10 @@ import (
 	"github.com/bunqueue/bunqueue/internal/claimconn"
 	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/idle"
-	"github.com/bunqueue/bunqueue/internal/jobsql"
 	"github.com/bunqueue/bunqueue/internal/lease"
 	"github.com/bunqueue/bunqueue/internal/prepared"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/tables"
 	"github.com/bunqueue/bunqueue/internal/telemetry"
 )
 
@@ -32,6 +32,7 @@ type Client struct {
 	claimDB *bun.DB // db with claim.RekeyHook, where claim transactions begin
 	cfg     Config
 	dialect sqldialect.Dialect
+	tables  tables.Names // Config.Tables, checked
 	tel     *telemetry.Telemetry
 
 	packetMu sync.Mutex
@@ -87,6 +88,10 @@ func NewClient(db *bun.DB, cfg *Config) (*Client, error) {
 	if err := checkListener(db, c); err != nil {
 		return nil, err
 	}
+	names, err := c.Tables.names("Config.Tables", db.Dialect().Name())
+	if err != nil {
+		return nil, err
+	}
 	periodic, err := periodicJobs(c)
 	if err != nil {
 		return nil, err
@@ -95,11 +100,12 @@ func NewClient(db *bun.DB, cfg *Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	client := &Client{db: db, claimDB: db.WithQueryHook(claim.RekeyHook{}), cfg: c, dialect: d, tel: tel, names: map[string]bool{}, kinds: map[string]runJob{}, periodic: periodic,
+	client := &Client{db: db, claimDB: db.WithQueryHook(claim.RekeyHook{}), cfg: c, dialect: d, tables: names, tel: tel, names: map[string]bool{}, kinds: map[string]runJob{}, periodic: periodic,
 		stopping: make(chan struct{}), drained: make(chan struct{})}
 	if !c.NoPreparedStatements && d.Placeholder(1) != "" {
 		client.stmts = prepared.New(db.DB, client.prepareFailed)
 	}
+	client.sig.Tables = names
 	client.claims = client.claimEnv()
 	client.leases = client.leaseEnv()
 	return client, nil
@@ -274,20 +280,20 @@ func (c *Client) checkQueue(ctx context.Context, r *runner) error {
 // jobs, that the jobs tables exist, with the periodic table for the
 // latter.
 func (c *Client) checkJobsTables(ctx context.Context) error {
-	tables := []string{jobsql.Jobs, jobsql.Failed}
+	names := []string{tables.Jobs, tables.FailedJobs}
 	switch {
 	case len(c.periodic) > 0:
-		tables = append(tables, jobsql.Periodic)
+		names = append(names, tables.Periodic)
 	case !c.runsJobs():
 		return nil
 	}
-	for _, t := range tables {
-		if err := c.dialect.CheckTable(ctx, c.db, "", t); err != nil {
-			return fmt.Errorf("bunqueue: the jobs tables are not ready (run bunqueue.Migrate, or apply bunqueue.MigrationSQL): %w", err)
+	for _, t := range names {
+		if err := c.dialect.CheckTable(ctx, c.db, c.tables.Schema(), c.tables.Bare(t)); err != nil {
+			return fmt.Errorf("bunqueue: the jobs tables are not ready (run %s): %w", c.migrateHint(), err)
 		}
 	}
-	if err := jobsql.CheckColumns(ctx, c.db); err != nil {
-		return fmt.Errorf("bunqueue: the jobs tables are of an older schema version (run bunqueue.Migrate, or apply bunqueue.MigrationSQL): %w", err)
+	if err := c.jobSQL().CheckColumns(ctx, c.db); err != nil {
+		return fmt.Errorf("bunqueue: the jobs tables are of an older schema version (run %s): %w", c.migrateHint(), err)
 	}
 	return nil
 }

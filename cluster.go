@@ -11,5 +11,5 @@ import (
 // several nodes under Config.StrictClusterRouting (see
 // servercheck.Server).
 func (c *Client) checkServer(ctx context.Context) error {
-	return servercheck.Server(ctx, c.dialect, c.db, c.cfg.StrictClusterRouting, c.cfg.Logger)
+	return servercheck.Server(ctx, c.dialect, c.db, c.tables.Probe, c.cfg.StrictClusterRouting, c.cfg.Logger)
 }

@@ -165,6 +165,13 @@ type JobQueueConfig struct {
 // Config configures a Client. A nil *Config, and its zero value, mean
 // defaults.
 type Config struct {
+	// Tables names bunqueue's own tables (the jobs, failed jobs, paused
+	// queues, periodic ticks and limit slots): by default bunqueue_jobs
+	// and the others, in the connection's database. Clients with
+	// different Tables in one database never see each other's jobs (see
+	// Tables).
+	Tables Tables
+
 	// Logger receives what workers cannot return to a caller: handler
 	// errors, rows that did not leave their queue, lost connections. A
 	// row's failure is an INFO line when OnError recorded it, an ERROR

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bunqueue/bunqueue/internal/jobsql"
+	"github.com/bunqueue/bunqueue/internal/tables"
 )
 
 var (
@@ -30,7 +30,7 @@ var (
 	// EnqueueMany, FailedJobs, RetryFailed, DeleteFailed, JobGet, JobList
 	// and the job actions) when the jobs tables do not exist in the
 	// database, or lack a column of this version's schema: run Migrate.
-	ErrNotMigrated = errors.New("bunqueue: the jobs tables (" + jobsql.Jobs + ", " + jobsql.Failed + ") do not exist: run bunqueue.Migrate (or `bunqueue migrate`) first")
+	ErrNotMigrated = errors.New("bunqueue: the jobs tables do not exist: run bunqueue.Migrate (or `bunqueue migrate`) first")
 
 	// ErrStopped is returned by Client.Start after Client.Stop: a client
 	// runs once; create a new one to run again.
@@ -113,9 +113,9 @@ func (c *Client) notMigrated(err error) error {
 	case err == nil:
 		return nil
 	case c.dialect.MissingTable(err):
-		return &notMigratedError{err: err}
+		return &notMigratedError{err: err, tables: c.tables, hint: c.migrateHint()}
 	case c.dialect.MissingColumn(err):
-		return &notMigratedError{err: err, older: true}
+		return &notMigratedError{err: err, tables: c.tables, hint: c.migrateHint(), older: true}
 	}
 	return err
 }
@@ -123,15 +123,18 @@ func (c *Client) notMigrated(err error) error {
 // notMigratedError is ErrNotMigrated with the error that showed it; older
 // says the tables exist, of an older schema version.
 type notMigratedError struct {
-	err   error
-	older bool
+	err    error
+	tables tables.Names
+	hint   string // how to migrate them
+	older  bool
 }
 
 func (e *notMigratedError) Error() string {
+	which := "the jobs tables (" + e.tables.Jobs + ", " + e.tables.FailedJobs + ")"
 	if e.older {
-		return "the jobs tables are of an older schema version: run bunqueue.Migrate (or `bunqueue migrate`) (" + e.err.Error() + ")"
+		return which + " are of an older schema version: run " + e.hint + " (" + e.err.Error() + ")"
 	}
-	return unprefixed(ErrNotMigrated) + " (" + e.err.Error() + ")"
+	return which + " do not exist: run " + e.hint + " first (" + e.err.Error() + ")"
 }
 
 func (e *notMigratedError) Unwrap() []error { return []error{ErrNotMigrated, e.err} }

@@ -13,7 +13,9 @@ import (
 )
 
 // FailedJob is a job that used up its attempts or was cancelled, as kept
-// in bunqueue_failed_jobs.
+// in the failed jobs table: bunqueue_failed_jobs, the name in its model's
+// tag, or its name under the client's Config.Tables (a query of your own
+// on such a table names it with ModelTableExpr).
 type FailedJob struct {
 	bun.BaseModel `bun:"table:bunqueue_failed_jobs,alias:f"`
 

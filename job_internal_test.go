@@ -10,6 +10,7 @@ import (
 	"github.com/uptrace/bun/schema"
 
 	"github.com/bunqueue/bunqueue/internal/jobsql"
+	"github.com/bunqueue/bunqueue/internal/tables"
 )
 
 // The models of the jobs tables, whose tags cannot name a constant, name
@@ -17,11 +18,11 @@ import (
 // each column that jobsql reads into it, in the table's order.
 func TestJobModelsNameTheJobsTables(t *testing.T) {
 	t.Parallel()
-	tables := schema.NewTables(mysqldialect.New())
-	jobs := tables.Get(reflect.TypeFor[jobRow]())
-	require.Equal(t, jobsql.Jobs, jobs.Name)
-	failed := tables.Get(reflect.TypeFor[FailedJob]())
-	require.Equal(t, jobsql.Failed, failed.Name)
+	bunTables := schema.NewTables(mysqldialect.New())
+	jobs := bunTables.Get(reflect.TypeFor[jobRow]())
+	require.Equal(t, tables.Default.Jobs, jobs.Name)
+	failed := bunTables.Get(reflect.TypeFor[FailedJob]())
+	require.Equal(t, tables.Default.FailedJobs, failed.Name)
 	var cols []string
 	for _, f := range failed.Fields {
 		cols = append(cols, f.Name)

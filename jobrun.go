@@ -19,7 +19,7 @@ import (
 
 // jobSQL returns the statements on the jobs tables of the client's
 // server.
-func (c *Client) jobSQL() jobsql.SQL { return jobsql.New(c.dialect) }
+func (c *Client) jobSQL() jobsql.SQL { return jobsql.New(c.dialect, c.tables) }
 
 // jobRunners returns the runners of the jobs queues.
 func (c *Client) jobRunners() []*runner {
@@ -119,7 +119,8 @@ func jobsQueue(c *Client, name string, handler HandlerFunc[jobRow], cfg *QueueCo
 		panic(err) // the declaration is valid by construction
 	}
 	q.eng.ByPrimary = true
-	q.eng.HeadIndex = jobsql.ClaimIndex
+	q.eng.From = c.tables.Jobs
+	q.eng.HeadIndex = c.jobSQL().ClaimIndex()
 	q.eng.ClaimColumn = c.jobSQL().WaitColumn()
 	q.eng.Claimed = func(rows []jobRow, at time.Time) {
 		for i := range rows {
@@ -144,11 +145,17 @@ func batchSize(qc JobQueueConfig) int {
 	return qc.BatchSize
 }
 
+// selectJobs returns a SELECT on db over model, a *jobRow or a
+// *[]jobRow, from the client's jobs table.
+func (c *Client) selectJobs(db bun.IDB, model any) *bun.SelectQuery {
+	return db.NewSelect().Model(model).ModelTableExpr(c.tables.Jobs + " AS ?TableAlias")
+}
+
 // jobDepth counts the jobs of a queue that are due and not locked.
 func (c *Client) jobDepth(queue string) func(ctx context.Context, limit int) (int, error) {
 	return func(ctx context.Context, limit int) (int, error) {
 		return claim.CountUnlocked(ctx, c.db, c.dialect, queue, limit, func(tx bun.Tx) *bun.SelectQuery {
-			return c.jobSQL().ClaimQuery(queue)(tx.NewSelect().Model((*jobRow)(nil))).Column("id")
+			return c.jobSQL().ClaimQuery(queue)(c.selectJobs(tx, (*jobRow)(nil))).Column("id")
 		})
 	}
 }

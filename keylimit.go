@@ -49,7 +49,7 @@ func (c *Client) newKeySlots(queue, column string, kind slotsql.Kind, n int) *cl
 	if n == 0 {
 		return nil
 	}
-	return &claim.KeyLimit{Keys: limit.NewKeys(c.dialect, c.db, queue, kind, n), Column: column, Kind: kind, N: n}
+	return &claim.KeyLimit{Keys: limit.NewKeys(c.dialect, c.tables, c.db, queue, kind, n), Column: column, Kind: kind, N: n}
 }
 
 // checkKeys fails if the slots table of k, a KeyLimit or KeyRate, is

@@ -13,7 +13,7 @@ import (
 // newSlots returns the slots of queue's limit of n, or nil if n is zero:
 // a queue without a limit runs no statement on the slots table.
 func (c *Client) newSlots(queue string, n int) *limit.Global {
-	return limit.NewGlobal(c.dialect, c.db, queue, n)
+	return limit.NewGlobal(c.dialect, c.tables, c.db, queue, n)
 }
 
 // limitedWorkers is how many workers of a queue a process runs: no more

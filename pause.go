@@ -6,6 +6,7 @@ import (
 
 	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/pause"
+	"github.com/bunqueue/bunqueue/internal/queuesql"
 )
 
 // A paused queue is kept in the bunqueue_queues table, for every process:
@@ -41,7 +42,7 @@ func (c *Client) setPaused(ctx context.Context, name string, paused bool) error 
 		return fmt.Errorf("bunqueue: %s: %w", op, err)
 	}
 	retry := func(ctx context.Context, fn func() error) error { return c.retry(ctx, fn) }
-	if err := pause.Write(ctx, c.db, c.dialect, retry, name, paused); err != nil {
+	if err := pause.Write(ctx, c.db, queuesql.New(c.dialect, c.tables), retry, name, paused); err != nil {
 		return err
 	}
 	c.pauses.Load().Set(name, paused) // this process at once
@@ -68,7 +69,7 @@ func (c *Client) PausedQueues(ctx context.Context) ([]string, error) {
 // readPaused returns the names of the paused queues, sorted; found is
 // false, with no error, if the queues table does not exist.
 func (c *Client) readPaused(ctx context.Context) (names []string, found bool, err error) {
-	return pause.Read(ctx, c.db, c.dialect)
+	return pause.Read(ctx, c.db, queuesql.New(c.dialect, c.tables))
 }
 
 // checkQueueName returns what makes name unfit for the queues table.
@@ -92,5 +93,5 @@ func (c *Client) newPauses(ctx context.Context, runners []*runner) (*pauses, err
 		queues[i] = &r.Queue
 	}
 	pausable := func(name string) bool { return checkQueueName(name) == nil }
-	return pause.New(ctx, c.db, c.dialect, c.cfg.Logger, queues, pausable)
+	return pause.New(ctx, c.db, queuesql.New(c.dialect, c.tables), c.cfg.Logger, queues, pausable)
 }

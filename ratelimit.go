@@ -73,7 +73,7 @@ func (c *Client) newRate(queue string, r Rate) *limit.Rate {
 	if !r.on() {
 		return nil
 	}
-	return limit.NewRate(c.dialect, c.db, queue, r.N, r.Per)
+	return limit.NewRate(c.dialect, c.tables, c.db, queue, r.N, r.Per)
 }
 
 // newKeyRate returns the KeyRate of queue, configured by cfg, over its

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/bunqueue/bunqueue/internal/engine"
-	"github.com/bunqueue/bunqueue/internal/jobsql"
 	"github.com/bunqueue/bunqueue/internal/stats"
 )
 
@@ -120,7 +119,7 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 		slices.Sort(names)
 		for _, name := range names {
 			qc := c.cfg.JobQueues[name]
-			st := QueueStats{Name: name, Kind: QueueKindJobs, Table: jobsql.Jobs, Workers: qc.Workers}
+			st := QueueStats{Name: name, Kind: QueueKindJobs, Table: c.tables.Jobs, Workers: qc.Workers}
 			queueLimits{qc.GlobalLimit, qc.KeyLimit, keyColumn(qc), qc.RateLimit, qc.KeyRate}.fill(&st)
 			sources = append(sources, source{st, c.jobDepth(name)})
 		}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"github.com/bunqueue/bunqueue/internal/migrate"
+	"github.com/bunqueue/bunqueue/internal/tables"
 	"github.com/bunqueue/bunqueue/internal/wake"
 )
 
@@ -88,7 +88,7 @@ type (
 func (c *Client) newWatch(runners []*runner) *watch {
 	w := &watch{}
 	for i, r := range runners {
-		t := wake.Target{Queue: &r.Queue, Table: migrate.JobsTable}
+		t := wake.Target{Queue: &r.Queue, Table: c.tables.Bare(tables.Jobs), Schema: c.tables.Schema()}
 		if r.table != nil {
 			t.Table, t.Schema = r.table.Name, tableSchema(c.db, r.table)
 		}

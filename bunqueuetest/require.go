@@ -32,11 +32,14 @@ type RequireEnqueuedOpts struct {
 	// job enqueued with a Delay (due that long after the database's now).
 	// It must not be negative, and needs RunAt.
 	RunAtWithin time.Duration
+	// Tables are the tables the jobs are in: the client's Config.Tables.
+	// The zero value is bunqueue's default tables.
+	Tables bunqueue.Tables
 }
 
 // EnqueuedJob is a pending job as RequireEnqueued found it.
 type EnqueuedJob[T bunqueue.JobArgs] struct {
-	// ID is the job's primary key in bunqueue_jobs.
+	// ID is the job's primary key in the jobs table.
 	ID int64
 	// Queue is the job's queue and Kind its kind.
 	Queue string

@@ -14,6 +14,7 @@ import (
 	"github.com/bunqueue/bunqueue"
 	"github.com/bunqueue/bunqueue/internal/jobsql"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/tables"
 )
 
 // listed is how many jobs, or kinds, a failure message lists.
@@ -48,7 +49,7 @@ type candidate[T bunqueue.JobArgs] struct {
 // match, and the others.
 type searched[T bunqueue.JobArgs] struct {
 	kind    string
-	d       sqldialect.Dialect
+	sql     jobsql.SQL
 	matched []candidate[T]
 	others  []candidate[T]
 }
@@ -60,12 +61,21 @@ func search[T bunqueue.JobArgs](ctx context.Context, db bun.IDB, want T, opts *R
 	if err := opts.check(); err != nil {
 		return s, err
 	}
-	var err error
-	if s.d, err = sqldialect.For(db); err != nil {
+	d, err := sqldialect.For(db)
+	if err != nil {
 		return s, err
 	}
+	var t bunqueue.Tables
+	if opts != nil {
+		t = opts.Tables
+	}
+	names, err := tables.New("RequireEnqueuedOpts.Tables", t.Prefix, t.Schema)
+	if err != nil {
+		return s, err
+	}
+	s.sql = jobsql.New(d, names)
 	var rows []jobRow
-	if err := jobsql.New(s.d).ListPending(ctx, db, &rows, s.kind); err != nil {
+	if err := s.sql.ListPending(ctx, db, &rows, s.kind); err != nil {
 		return s, fmt.Errorf("read the pending jobs of kind %q (were the jobs tables made with bunqueue.Migrate?): %w", s.kind, err)
 	}
 	if opts == nil {
@@ -197,7 +207,7 @@ func (s searched[T]) list(cs []candidate[T]) string {
 // kinds says which kinds of job are pending, for a failure that found
 // none of the kind looked for.
 func (s searched[T]) kinds(ctx context.Context, db bun.IDB) string {
-	kinds, err := jobsql.New(s.d).PendingKinds(ctx, db, listed+1)
+	kinds, err := s.sql.PendingKinds(ctx, db, listed+1)
 	switch {
 	case err != nil:
 		return fmt.Sprintf("reading the kinds that are pending failed: %v", err)

@@ -121,8 +121,7 @@ func (h *handler) data(r *http.Request) *Data {
 	})
 	switch {
 	case errors.Is(err, bunqueue.ErrNotMigrated):
-		d.FailedJobsError = "The jobs tables (bunqueue_jobs, bunqueue_failed_jobs) are not in this database: " +
-			"run bunqueue.Migrate or `bunqueue migrate` if the app uses jobs."
+		d.FailedJobsError = "The jobs tables are not in this database; if the app uses jobs, migrate them: " + err.Error()
 	case err != nil:
 		d.FailedJobsError = err.Error()
 	}

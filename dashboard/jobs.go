@@ -192,8 +192,7 @@ func (h *handler) oneJob(r *http.Request, id int64) ([]bunqueue.JobRecord, strin
 // jobsError is the message shown for an error of the job control API.
 func jobsError(err error) string {
 	if errors.Is(err, bunqueue.ErrNotMigrated) {
-		return "The jobs tables are not in this database, or of an older schema version than this bunqueue's: " +
-			"run bunqueue.Migrate or `bunqueue migrate`."
+		return "The jobs tables are not in this database, or of an older schema version than this bunqueue's: " + err.Error()
 	}
 	return err.Error()
 }

@@ -189,7 +189,7 @@ func (q *Queue[T]) claimHead(ctx context.Context, tx bun.Tx, limit int) ([]T, er
 // newClaim returns the SELECT of a claim into items: the model's
 // columns, and the queue's claimColumn if it has one.
 func (q *Queue[T]) newClaim(tx bun.Tx, items *[]T) *bun.SelectQuery {
-	sel := tx.NewSelect().Model(items)
+	sel := q.selectFrom(tx, items)
 	if q.ClaimColumn != "" {
 		sel = sel.ColumnExpr("?TableColumns").ColumnExpr(q.ClaimColumn)
 	}
@@ -200,7 +200,7 @@ func (q *Queue[T]) newClaim(tx bun.Tx, items *[]T) *bun.SelectQuery {
 // can say so and the model's key is the table's primary key.
 func (q *Queue[T]) byKey(sel *bun.SelectQuery) *bun.SelectQuery {
 	if hint := q.Env.Dialect.ForcePrimary(); q.ByPrimary && hint != "" {
-		return sel.ModelTableExpr("?TableName AS ?TableAlias " + hint)
+		return sel.ModelTableExpr(q.tableName() + " AS ?TableAlias " + hint)
 	}
 	return sel
 }
@@ -215,7 +215,7 @@ func (q *Queue[T]) atHead(sel *bun.SelectQuery) *bun.SelectQuery {
 		return sel
 	}
 	if hint := q.Env.Dialect.ForceIndex(q.HeadIndex); hint != "" {
-		return sel.ModelTableExpr("?TableName AS ?TableAlias " + hint)
+		return sel.ModelTableExpr(q.tableName() + " AS ?TableAlias " + hint)
 	}
 	return sel
 }
@@ -278,7 +278,7 @@ func (q *Queue[T]) queued(ctx context.Context, tx bun.Tx, prep bool, keys []engi
 	}
 	if !ok {
 		rows = make([]T, 0, len(keys))
-		err := q.onlyKeys(q.Apply(q.byKey(tx.NewSelect().Model(&rows))).Column(q.PKNames()...), keys).
+		err := q.onlyKeys(q.Apply(q.byKey(q.selectFrom(tx, &rows))).Column(q.PKNames()...), keys).
 			Limit(int64(len(keys))).
 			Scan(ctx)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {

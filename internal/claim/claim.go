@@ -45,6 +45,10 @@ const FinishTimeout = 30 * time.Second
 type Queue[T any] struct {
 	Name  string
 	Table *schema.Table // the model's
+	// From, if set, is the table the queue's statements read instead of
+	// the model's, as they write it: the jobs table of a client's own
+	// table names (jobs).
+	From string
 	// Query adds the queue's conditions and ORDER BY to a select over
 	// the model (bunqueue.QueryFunc).
 	Query func(q *bun.SelectQuery) *bun.SelectQuery

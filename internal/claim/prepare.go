@@ -78,7 +78,7 @@ func (q *Queue[T]) recheckPrepared(ctx context.Context, tx bun.Tx, keys []engine
 	}
 	shape := prepared.KeyShape(len(keys))
 	rows = make([]T, 0, len(keys))
-	sel := q.onlyKeys(q.Apply(q.byKey(tx.NewSelect().Model(&rows))).Column(q.PKNames()...), q.markers(shape)).Limit(int64(shape))
+	sel := q.onlyKeys(q.Apply(q.byKey(q.selectFrom(tx, &rows))).Column(q.PKNames()...), q.markers(shape)).Limit(int64(shape))
 	ok, err = q.scanPrepared(ctx, tx, sel, keyArgs(keys, shape), &rows)
 	return rows, ok, err
 }

@@ -121,12 +121,30 @@ func (q *Queue[T]) Fetch(ctx context.Context, db bun.IDB, limit int) ([]engine.K
 	return keys, nil
 }
 
+// selectFrom returns a SELECT on db over model, a *T or a *[]T, from the
+// queue's table.
+func (q *Queue[T]) selectFrom(db bun.IDB, model any) *bun.SelectQuery {
+	sel := db.NewSelect().Model(model)
+	if q.From != "" {
+		sel = sel.ModelTableExpr(q.From + " AS ?TableAlias")
+	}
+	return sel
+}
+
+// tableName is the queue's table as its statements write it.
+func (q *Queue[T]) tableName() string {
+	if q.From != "" {
+		return q.From
+	}
+	return "?TableName"
+}
+
 // waiting returns the queue's read of its waiting rows into model on db,
 // without the rows this process is cooling down: the feed's read, and the
 // idle watcher's probe, at the head of the queue's index.
 func (q *Queue[T]) waiting(db bun.IDB, model any) *bun.SelectQuery {
 	now := time.Now()
-	return q.excludeFull(q.excludeCooling(q.Apply(q.atHead(db.NewSelect().Model(model))), now), now)
+	return q.excludeFull(q.excludeCooling(q.Apply(q.atHead(q.selectFrom(db, model))), now), now)
 }
 
 // onlyKeys restricts a claim to the rows of keys.
@@ -158,7 +176,7 @@ func (q *Queue[T]) whereKeys(sel *bun.SelectQuery, op string, keys []engine.Key)
 // and not locked, at most limit (see CountUnlocked).
 func (q *Queue[T]) Depth(ctx context.Context, limit int) (int, error) {
 	return CountUnlocked(ctx, q.Env.DB, q.Env.Dialect, q.Name, limit, func(tx bun.Tx) *bun.SelectQuery {
-		return q.Apply(tx.NewSelect().Model((*T)(nil))).Column(q.PKNames()...)
+		return q.Apply(q.selectFrom(tx, (*T)(nil))).Column(q.PKNames()...)
 	})
 }
 
@@ -199,7 +217,7 @@ func (q *Queue[T]) Probe(db bun.IDB, except []engine.Key) *bun.SelectQuery {
 // Explain returns the queue's plain read of its waiting rows' keys (as
 // Fetch sends it, without its LIMIT), and the queue's table.
 func (q *Queue[T]) Explain() (*bun.SelectQuery, *schema.Table) {
-	return q.Apply(q.atHead(q.Env.DB.NewSelect().Model((*T)(nil)))).Column(q.PKNames()...), q.Table
+	return q.Apply(q.atHead(q.selectFrom(q.Env.DB, (*T)(nil)))).Column(q.PKNames()...), q.Table
 }
 
 // Apply adds the queue's query to sel, its WHERE conditions as one group:
@@ -216,7 +234,7 @@ func (q *Queue[T]) Apply(sel *bun.SelectQuery) *bun.SelectQuery {
 // reading or locking a row. An error is the server's refusal.
 func (q *Queue[T]) CheckQuery(ctx context.Context) error {
 	var items []T
-	sel := q.Apply(q.atHead(q.Env.DB.NewSelect().Model(&items))).Where("1 = 0").Limit(1)
+	sel := q.Apply(q.atHead(q.selectFrom(q.Env.DB, &items))).Where("1 = 0").Limit(1)
 	err := sqldialect.Locking(sel, q.Env.Dialect.SkipLocked()).Scan(ctx)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return err

@@ -100,7 +100,7 @@ func (q *Queue[T]) recordApart(ctx context.Context, key engine.Key, cause error)
 		return c.DB.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, func(ctx context.Context, tx bun.Tx) error {
 			rows := make([]T, 0, 1)
 			for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
-				sel := q.onlyKeys(q.Apply(tx.NewSelect().Model(&rows)), []engine.Key{key}).Limit(1)
+				sel := q.onlyKeys(q.Apply(q.selectFrom(tx, &rows)), []engine.Key{key}).Limit(1)
 				if err := sqldialect.Locking(sel, c.Dialect.SkipLocked()).Scan(ctx); err != nil && !errors.Is(err, sql.ErrNoRows) {
 					return err
 				}
@@ -108,7 +108,7 @@ func (q *Queue[T]) recordApart(ctx context.Context, key engine.Key, cause error)
 					break
 				}
 				// Locked, or out of the queue: a plain read tells which.
-				n, err := q.onlyKeys(q.Apply(tx.NewSelect().Model((*T)(nil))), []engine.Key{key}).Count(ctx)
+				n, err := q.onlyKeys(q.Apply(q.selectFrom(tx, (*T)(nil))), []engine.Key{key}).Count(ctx)
 				if err != nil {
 					return err
 				}

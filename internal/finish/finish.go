@@ -63,7 +63,7 @@ func (f Finisher) CompleteHeld(ctx context.Context, tx bun.Tx, prep bool, ids []
 	if prep && f.prepared != nil {
 		text := f.sql.CompleteOne(f.keep, f.sql.Marker(1))
 		op, _, _ := strings.Cut(text, " ")
-		ok, err := f.prepared(ctx, tx, op, jobsql.Jobs, text, func(ctx context.Context, st *sql.Stmt) error {
+		ok, err := f.prepared(ctx, tx, op, f.sql.Tables().Jobs, text, func(ctx context.Context, st *sql.Stmt) error {
 			_, err := st.ExecContext(ctx, ids[0])
 			return err
 		})

@@ -50,6 +50,6 @@ func CutText(text string, limit int) string {
 // CopyAttemptErrors sets the attempt errors of the job id to those of
 // the failed job failedID, for a failed job put back.
 func (s SQL) CopyAttemptErrors(ctx context.Context, db bun.IDB, failedID, id int64) error {
-	return exec(ctx, db, "UPDATE "+Jobs+" SET "+AttemptErrorsColumn+" = (SELECT "+AttemptErrorsColumn+" FROM "+Failed+" WHERE id = ?) WHERE id = ?",
+	return exec(ctx, db, "UPDATE "+s.t.Jobs+" SET "+AttemptErrorsColumn+" = (SELECT "+AttemptErrorsColumn+" FROM "+s.t.FailedJobs+" WHERE id = ?) WHERE id = ?",
 		failedID, id)
 }

@@ -10,10 +10,10 @@ import (
 // the statements here name: the jobs table's of schema version 7, which
 // the claims read, and both tables' of version 8, which a failed attempt
 // writes. It reads no row: one statement per table.
-func CheckColumns(ctx context.Context, db bun.IDB) error {
+func (s SQL) CheckColumns(ctx context.Context, db bun.IDB) error {
 	for _, probe := range []string{
-		"SELECT " + LimitKeyColumn + ", " + AttemptErrorsColumn + " FROM " + Jobs + " WHERE 1 = 0",
-		"SELECT " + AttemptErrorsColumn + " FROM " + Failed + " WHERE 1 = 0",
+		"SELECT " + LimitKeyColumn + ", " + AttemptErrorsColumn + " FROM " + s.t.Jobs + " WHERE 1 = 0",
+		"SELECT " + AttemptErrorsColumn + " FROM " + s.t.FailedJobs + " WHERE 1 = 0",
 	} {
 		if _, err := db.ExecContext(ctx, probe); err != nil {
 			return err

@@ -21,7 +21,8 @@ func (s SQL) JobColumns() string {
 		"last_error, unique_key, lease_token, output, " + AttemptErrorsColumn + ", CASE WHEN run_at <= " + s.d.Now() + " THEN 1 ELSE 0 END AS due"
 }
 
-// The indexes that serve ListJobs and FailedByJobID.
+// The indexes that serve ListJobs and FailedByJobID, without the tables'
+// prefix; a Listing names its index with it.
 const (
 	ListStateIndex       = migrate.ListStateIndex
 	ListQueueIndex       = migrate.ListQueueIndex
@@ -34,7 +35,7 @@ const (
 // GetJob reads the job id of the jobs table into dest, a pointer to a
 // model with the JobColumns. It returns sql.ErrNoRows if there is none.
 func (s SQL) GetJob(ctx context.Context, db bun.IDB, id int64, dest any) error {
-	return db.NewRaw("SELECT "+s.JobColumns()+" FROM "+Jobs+" WHERE id = ?", id).Scan(ctx, dest)
+	return db.NewRaw("SELECT "+s.JobColumns()+" FROM "+s.t.Jobs+" WHERE id = ?", id).Scan(ctx, dest)
 }
 
 // LockJob reads the job id into dest, as GetJob does, and locks it until
@@ -45,7 +46,7 @@ func (s SQL) GetJob(ctx context.Context, db bun.IDB, id int64, dest any) error {
 // (SQLite), tx holds the database's write lock already, and no worker
 // holds the job meanwhile.
 func (s SQL) LockJob(ctx context.Context, tx bun.IDB, id int64, dest any) (bool, error) {
-	q := "SELECT " + s.JobColumns() + " FROM " + Jobs + " WHERE id = ?"
+	q := "SELECT " + s.JobColumns() + " FROM " + s.t.Jobs + " WHERE id = ?"
 	if lock := s.d.SkipLocked(); lock != "" {
 		q += " FOR " + lock
 	}
@@ -58,25 +59,25 @@ func (s SQL) LockJob(ctx context.Context, tx bun.IDB, id int64, dest any) (bool,
 
 // RunNow makes the job id, which tx holds locked, due now.
 func (s SQL) RunNow(ctx context.Context, tx bun.IDB, id int64) error {
-	return exec(ctx, tx, "UPDATE "+Jobs+" SET run_at = "+s.d.Now()+" WHERE id = ?", id)
+	return exec(ctx, tx, "UPDATE "+s.t.Jobs+" SET run_at = "+s.d.Now()+" WHERE id = ?", id)
 }
 
 // DeleteJob deletes the job id, which tx holds locked.
 func (s SQL) DeleteJob(ctx context.Context, tx bun.IDB, id int64) error {
-	return exec(ctx, tx, "DELETE FROM "+Jobs+" WHERE id = ?", id)
+	return exec(ctx, tx, "DELETE FROM "+s.t.Jobs+" WHERE id = ?", id)
 }
 
 // FailedByJobID reads the newest failed job whose job_id is id into dest,
 // a pointer to a model with the FailedColumns, through the job_id index.
 // It returns sql.ErrNoRows if there is none.
 func (s SQL) FailedByJobID(ctx context.Context, db bun.IDB, id int64, dest any) error {
-	return db.NewRaw("SELECT "+FailedColumns+" FROM "+Failed+" WHERE job_id = ? ORDER BY id DESC LIMIT 1", id).Scan(ctx, dest)
+	return db.NewRaw("SELECT "+FailedColumns+" FROM "+s.t.FailedJobs+" WHERE job_id = ? ORDER BY id DESC LIMIT 1", id).Scan(ctx, dest)
 }
 
 // DeleteFailedByJobID deletes the failed jobs whose job_id is id, and
 // reports whether there was one.
 func (s SQL) DeleteFailedByJobID(ctx context.Context, db bun.IDB, id int64) (bool, error) {
-	return affected(db.NewRaw("DELETE FROM "+Failed+" WHERE job_id = ?", id).Exec(ctx))
+	return affected(db.NewRaw("DELETE FROM "+s.t.FailedJobs+" WHERE job_id = ?", id).Exec(ctx))
 }
 
 // WaitingState is one of the states of a job of the jobs table whose state
@@ -215,7 +216,8 @@ func (s SQL) jobsRead(state int, f ListFilter, cols string) Listing {
 	case f.Kind != "":
 		index = ListKindIndex
 	}
-	q := "SELECT " + cols + " FROM " + Jobs + s.hint(index) + " WHERE " + strings.Join(where, " AND ") +
+	index = s.t.Index(index)
+	q := "SELECT " + cols + " FROM " + s.t.Jobs + s.hint(index) + " WHERE " + strings.Join(where, " AND ") +
 		" ORDER BY id DESC LIMIT " + strconv.Itoa(f.Limit)
 	return Listing{Query: q, Args: args, Index: index}
 }
@@ -247,7 +249,8 @@ func (s SQL) failedRead(f ListFilter, cols string) Listing {
 	case f.Kind != "":
 		index = FailedListKindIndex
 	}
-	q := "SELECT " + cols + " FROM " + Failed + s.hint(index)
+	index = s.t.Index(index)
+	q := "SELECT " + cols + " FROM " + s.t.FailedJobs + s.hint(index)
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -275,11 +278,11 @@ func (s SQL) Listings(queue, kind string, limit, scan int) []Listing {
 	return out
 }
 
-// HasIndex reports whether the jobs tables have the index named index,
-// in the connection's database or schema.
+// HasIndex reports whether the jobs tables have the index named index
+// (with its prefix), in the connection's database, or the tables' schema.
 func (s SQL) HasIndex(ctx context.Context, db bun.IDB, index string) (bool, error) {
 	q := map[string]string{
-		"postgresql": "SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname = ?",
+		"postgresql": "SELECT COUNT(*) FROM pg_indexes WHERE schemaname = COALESCE(NULLIF('" + s.t.Schema() + "', ''), current_schema()) AND indexname = ?",
 		"sqlite":     "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = ?",
 	}[s.d.System()]
 	if q == "" {

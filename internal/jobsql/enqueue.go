@@ -69,7 +69,7 @@ const insertColumns = "(queue, kind, args, metadata, priority, max_attempts, run
 // can skip it (Dialect.SkipTakenKeys), or fails the statement where it
 // cannot (Dialect.KeyTaken).
 func (s SQL) insert(values string) string {
-	return "INSERT INTO " + Jobs + " " + insertColumns + " VALUES " + values + s.d.SkipTakenKeys()
+	return "INSERT INTO " + s.t.Jobs + " " + insertColumns + " VALUES " + values + s.d.SkipTakenKeys()
 }
 
 // InsertLen is the length of the INSERT of InsertMany without its rows,
@@ -81,7 +81,7 @@ func (s SQL) InsertLen() int { return len(s.insert("")) }
 // key.
 func (s SQL) InsertOne(ctx context.Context, db bun.IDB, values string) (id int64, inserted bool, err error) {
 	id, inserted, err = s.d.InsertID(ctx, db, s.insert(values))
-	if s.d.KeyTaken(err, migrate.UniqueKeyIndex) {
+	if s.d.KeyTaken(err, s.t.Index(migrate.UniqueKeyIndex)) {
 		return 0, false, nil
 	}
 	return id, inserted, err
@@ -94,7 +94,7 @@ func (s SQL) InsertOne(ctx context.Context, db bun.IDB, values string) (id int64
 // inserted, and the statement's transaction goes on.
 func (s SQL) InsertMany(ctx context.Context, db bun.IDB, rows []string) (n int64, taken bool, err error) {
 	n, err = s.d.InsertCount(ctx, db, s.insert(strings.Join(rows, ",\n")))
-	if s.d.KeyTaken(err, migrate.UniqueKeyIndex) {
+	if s.d.KeyTaken(err, s.t.Index(migrate.UniqueKeyIndex)) {
 		return 0, true, nil
 	}
 	return n, false, err
@@ -107,7 +107,7 @@ func (s SQL) InsertMany(ctx context.Context, db bun.IDB, rows []string) (n int64
 // row whatever the transaction's snapshot.
 func (s SQL) PendingID(ctx context.Context, db bun.IDB, key string) (id int64, ok bool, err error) {
 	var ids []int64
-	if err := scan(ctx, db, &ids, "SELECT id FROM "+Jobs+" WHERE unique_key = ? "+s.d.ShareLock(), key); err != nil {
+	if err := scan(ctx, db, &ids, "SELECT id FROM "+s.t.Jobs+" WHERE unique_key = ? "+s.d.ShareLock(), key); err != nil {
 		return 0, false, err
 	}
 	if len(ids) != 1 {
@@ -120,6 +120,6 @@ func (s SQL) PendingID(ctx context.Context, db bun.IDB, key string) (id int64, o
 // reads one.
 func (s SQL) PendingKeys(ctx context.Context, db bun.IDB, keys []string) ([]string, error) {
 	var held []string
-	err := scan(ctx, db, &held, "SELECT unique_key FROM "+Jobs+" WHERE unique_key IN (?) "+s.d.ShareLock(), bun.List(keys))
+	err := scan(ctx, db, &held, "SELECT unique_key FROM "+s.t.Jobs+" WHERE unique_key IN (?) "+s.d.ShareLock(), bun.List(keys))
 	return held, err
 }

@@ -39,7 +39,7 @@ func (s SQL) ListFailed(ctx context.Context, db bun.IDB, dest any, f FailedFilte
 	if f.BeforeID > 0 {
 		where, args = append(where, "id < ?"), append(args, f.BeforeID)
 	}
-	q := "SELECT " + FailedColumns + " FROM " + Failed
+	q := "SELECT " + FailedColumns + " FROM " + s.t.FailedJobs
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
@@ -51,7 +51,7 @@ func (s SQL) ListFailed(ctx context.Context, db bun.IDB, dest any, f FailedFilte
 // that two retries of it cannot both put it back. It returns
 // sql.ErrNoRows if there is none.
 func (s SQL) LockFailed(ctx context.Context, tx bun.IDB, id int64, dest any) error {
-	q := "SELECT " + FailedColumns + " FROM " + Failed + " WHERE id = ?"
+	q := "SELECT " + FailedColumns + " FROM " + s.t.FailedJobs + " WHERE id = ?"
 	if lock := s.d.ForUpdate(); lock != "" {
 		q += " FOR " + lock
 	}
@@ -61,5 +61,5 @@ func (s SQL) LockFailed(ctx context.Context, tx bun.IDB, id int64, dest any) err
 // DeleteFailed deletes the failed job id, and reports whether there was
 // one.
 func (s SQL) DeleteFailed(ctx context.Context, db bun.IDB, id int64) (bool, error) {
-	return affected(db.NewRaw("DELETE FROM "+Failed+" WHERE id = ?", id).Exec(ctx))
+	return affected(db.NewRaw("DELETE FROM "+s.t.FailedJobs+" WHERE id = ?", id).Exec(ctx))
 }

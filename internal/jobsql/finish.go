@@ -13,9 +13,9 @@ import (
 // queue's retention), an UPDATE to Completed.
 func (s SQL) completion(keep bool) string {
 	if keep {
-		return "UPDATE " + Jobs + " SET " + s.completedSet(true) + " WHERE "
+		return "UPDATE " + s.t.Jobs + " SET " + s.completedSet(true) + " WHERE "
 	}
-	return "DELETE FROM " + Jobs + " WHERE "
+	return "DELETE FROM " + s.t.Jobs + " WHERE "
 }
 
 // completedSet is the SET list that keeps a job as completed: its unique
@@ -44,7 +44,7 @@ func (s SQL) Complete(ctx context.Context, db bun.IDB, keep bool, id int64, toke
 			set += ", output = ?"
 			args = append([]any{output}, args...)
 		}
-		q = "UPDATE " + Jobs + " SET " + set + " WHERE "
+		q = "UPDATE " + s.t.Jobs + " SET " + set + " WHERE "
 	}
 	return affected(db.NewRaw(q+where, args...).Exec(ctx))
 }
@@ -69,7 +69,7 @@ func (s SQL) CompleteHeld(ctx context.Context, tx bun.IDB, keep bool, ids []int6
 	if keep {
 		return exec(ctx, tx, "UPDATE "+s.byIDs()+" SET "+s.completedSet(true)+" WHERE id IN (?)", bun.List(ids))
 	}
-	return exec(ctx, tx, s.d.DeleteIDs(Jobs, len(ids)), int64Args(ids)...)
+	return exec(ctx, tx, s.d.DeleteIDs(s.t.Jobs, len(ids)), int64Args(ids)...)
 }
 
 // Snooze reschedules the job id to run after d, with attempts as its
@@ -77,7 +77,7 @@ func (s SQL) CompleteHeld(ctx context.Context, tx bun.IDB, keep bool, ids []int6
 // the job is leased with it. It reports whether it changed the job.
 func (s SQL) Snooze(ctx context.Context, db bun.IDB, id int64, token string, attempts int, d time.Duration) (bool, error) {
 	where, args := byLease(id, token)
-	return affected(db.NewRaw("UPDATE "+Jobs+" SET attempts = ?, lease_token = NULL, run_at = "+s.d.NowPlus(d)+" WHERE "+where,
+	return affected(db.NewRaw("UPDATE "+s.t.Jobs+" SET attempts = ?, lease_token = NULL, run_at = "+s.d.NowPlus(d)+" WHERE "+where,
 		append([]any{attempts}, args...)...).Exec(ctx))
 }
 
@@ -88,7 +88,7 @@ func (s SQL) Snooze(ctx context.Context, db bun.IDB, id int64, token string, att
 // changed the job.
 func (s SQL) ScheduleRetry(ctx context.Context, db bun.IDB, id int64, token string, attempts int, lastError string, wait time.Duration) (bool, error) {
 	where, args := byLease(id, token)
-	return affected(db.NewRaw("UPDATE "+Jobs+" SET attempts = ?, lease_token = NULL, last_error = ?, "+
+	return affected(db.NewRaw("UPDATE "+s.t.Jobs+" SET attempts = ?, lease_token = NULL, last_error = ?, "+
 		AttemptErrorsColumn+" = "+s.appendAttempt()+", run_at = "+s.d.NowPlus(wait)+" WHERE "+where,
 		append([]any{attempts, lastError, attempts, attemptText(lastError)}, args...)...).Exec(ctx))
 }
@@ -107,20 +107,20 @@ func (s SQL) MoveToFailed(ctx context.Context, db bun.IDB, id int64, token strin
 	if attempted {
 		history, front = s.appendAttempt(), append(front, attempts, attemptText(errorText))
 	}
-	moved, err := affected(db.NewRaw(`INSERT INTO `+Failed+`
+	moved, err := affected(db.NewRaw(`INSERT INTO `+s.t.FailedJobs+`
 	(job_id, queue, kind, args, metadata, priority, attempts, max_attempts, unique_key, limit_key, error, created_at, failed_at, trace_context, `+AttemptErrorsColumn+`)
 SELECT id, queue, kind, args, metadata, priority, ?, max_attempts, unique_key, limit_key, ?, created_at, `+s.d.Now()+`, trace_context, `+history+`
-FROM `+Jobs+` WHERE `+where, append(front, args...)...).Exec(ctx))
+FROM `+s.t.Jobs+` WHERE `+where, append(front, args...)...).Exec(ctx))
 	if err != nil || !moved {
 		return false, err
 	}
-	return affected(db.NewRaw("DELETE FROM "+Jobs+" WHERE id = ?", id).Exec(ctx))
+	return affected(db.NewRaw("DELETE FROM "+s.t.Jobs+" WHERE id = ?", id).Exec(ctx))
 }
 
 // CompletedIndex is the jobs table's index on (state, completed_at, id),
 // as migrate creates it, through which the cleaner finds the completed
 // jobs that are due.
-const CompletedIndex = "bunqueue_jobs_completed"
+const CompletedIndex = "jobs_completed"
 
 // DeleteCompleted deletes, by primary key, up to limit of the jobs of
 // queues kept completed that completed more than age ago, oldest first;
@@ -130,14 +130,14 @@ const CompletedIndex = "bunqueue_jobs_completed"
 // that completed before age. It returns how many it found to delete:
 // fewer than limit when no more are due.
 func (s SQL) DeleteCompleted(ctx context.Context, db bun.IDB, queues []string, age time.Duration, bare bool, limit int) (int, error) {
-	q := "SELECT id FROM " + Jobs + s.hint(CompletedIndex) + " WHERE state = ? AND completed_at < " + s.d.NowPlus(-age) + " AND queue IN (?)"
+	q := "SELECT id FROM " + s.t.Jobs + s.hint(s.t.Index(CompletedIndex)) + " WHERE state = ? AND completed_at < " + s.d.NowPlus(-age) + " AND queue IN (?)"
 	if bare {
 		q += " AND output IS NULL"
 	}
 	var ids []int64
 	err := db.NewRaw(q+" ORDER BY state, completed_at, id LIMIT "+strconv.Itoa(limit), Completed, bun.List(queues)).Scan(ctx, &ids)
 	if err == nil && len(ids) > 0 {
-		err = exec(ctx, db, "DELETE FROM "+Jobs+" WHERE id IN (?) AND state = ?", bun.List(ids), Completed)
+		err = exec(ctx, db, "DELETE FROM "+s.t.Jobs+" WHERE id IN (?) AND state = ?", bun.List(ids), Completed)
 	}
 	return len(ids), err
 }

@@ -21,21 +21,13 @@ import (
 
 	"github.com/bunqueue/bunqueue/internal/migrate"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/tables"
 )
 
-// The jobs tables, as migrate creates them.
-const (
-	// Jobs is the table of the jobs that wait, run or are kept completed.
-	Jobs = migrate.JobsTable
-	// Failed is the table of the jobs that used up their attempts or were
-	// cancelled.
-	Failed = migrate.FailedJobsTable
-)
-
-// ClaimIndex is the jobs table's index on (queue, state, priority,
-// run_at, id), which serves ClaimQuery: reads and claims at the head of a
-// jobs queue go through it.
-const ClaimIndex = migrate.ClaimIndex
+// ClaimIndex returns the name of the jobs table's index on (queue,
+// state, priority, run_at, id), which serves ClaimQuery: reads and claims
+// at the head of a jobs queue go through it.
+func (s SQL) ClaimIndex() string { return s.t.Index(migrate.ClaimIndex) }
 
 // LimitKeyColumn is the jobs table's column of EnqueueOpts.LimitKey.
 const LimitKeyColumn = "limit_key"
@@ -50,13 +42,19 @@ const (
 	Completed = 1
 )
 
-// SQL is the statements on the jobs tables of one kind of server. Its
-// methods run them through the bun.IDB they are given, which may be a
-// transaction.
-type SQL struct{ d sqldialect.Dialect }
+// SQL is the statements on the jobs tables of one kind of server, by
+// their names. Its methods run them through the bun.IDB they are given,
+// which may be a transaction.
+type SQL struct {
+	d sqldialect.Dialect
+	t tables.Names
+}
 
-// New returns the statements of d's server.
-func New(d sqldialect.Dialect) SQL { return SQL{d: d} }
+// New returns the statements of d's server on the tables t.
+func New(d sqldialect.Dialect, t tables.Names) SQL { return SQL{d: d, t: t} }
+
+// Tables returns the names of the tables the statements are on.
+func (s SQL) Tables() tables.Names { return s.t }
 
 // Marker is the argument marker number i (from 1) of a statement
 // prepared on the server: "?" on MySQL, MariaDB and SQLite, "$i" on
@@ -94,9 +92,9 @@ func (s SQL) WaitColumn() string {
 // other workers are about to claim.
 func (s SQL) byIDs() string {
 	if hint := s.d.ForcePrimary(); hint != "" {
-		return Jobs + " " + hint
+		return s.t.Jobs + " " + hint
 	}
-	return Jobs
+	return s.t.Jobs
 }
 
 // byLease is the WHERE clause, and its arguments, of a statement on the

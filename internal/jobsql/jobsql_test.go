@@ -10,13 +10,14 @@ import (
 
 	"github.com/bunqueue/bunqueue/internal/jobsql"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/tables"
 )
 
 // A VALUES tuple holds the job's values in the INSERT's column order:
 // NULL for what it has not, the database clock for a time not given.
 func TestValues(t *testing.T) {
 	t.Parallel()
-	s, gen := jobsql.New(sqldialect.MySQL{}), schema.NewQueryGen(mysqldialect.New())
+	s, gen := jobsql.New(sqldialect.MySQL{}, tables.Default), schema.NewQueryGen(mysqldialect.New())
 	require.Equal(t, "('q', 'k', X'7b7d', NULL, -1, 3, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULL, NULL, NULL)",
 		s.Values(gen, jobsql.NewJob{Queue: "q", Kind: "k", Args: []byte("{}"), Priority: -1, MaxAttempts: 3}))
 	key, tenant := "it's", "tenant"
@@ -31,7 +32,7 @@ func TestValues(t *testing.T) {
 // The completion of one job, as text for bun or prepared on the server.
 func TestCompleteOne(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, "DELETE FROM bunqueue_jobs WHERE id = ?", jobsql.New(sqldialect.MySQL{}).CompleteOne(false, "?"))
+	require.Equal(t, "DELETE FROM bunqueue_jobs WHERE id = ?", jobsql.New(sqldialect.MySQL{}, tables.Default).CompleteOne(false, "?"))
 	require.Equal(t, "UPDATE bunqueue_jobs SET state = 1, completed_at = statement_timestamp(), unique_key = NULL, lease_token = NULL, last_error = NULL, attempts = attempts + 1 WHERE id = $1",
-		jobsql.New(sqldialect.Postgres{}).CompleteOne(true, "$1"))
+		jobsql.New(sqldialect.Postgres{}, tables.Default).CompleteOne(true, "$1"))
 }

@@ -19,7 +19,7 @@ func (s SQL) Lease(ctx context.Context, tx bun.IDB, ids []int64, token string, l
 // attempt its lease counted, if it is still leased with token. It reports
 // whether it did.
 func (s SQL) Release(ctx context.Context, db bun.IDB, id int64, token string) (bool, error) {
-	return affected(db.NewRaw("UPDATE "+Jobs+" SET attempts = attempts - 1, lease_token = NULL, run_at = "+s.d.Now()+" WHERE id = ? AND lease_token = ?",
+	return affected(db.NewRaw("UPDATE "+s.t.Jobs+" SET attempts = attempts - 1, lease_token = NULL, run_at = "+s.d.Now()+" WHERE id = ? AND lease_token = ?",
 		id, token).Exec(ctx))
 }
 
@@ -64,5 +64,5 @@ func (s SQL) CompleteLeased(ctx context.Context, tx bun.IDB, keep bool, ids []in
 	if keep {
 		return exec(ctx, tx, "UPDATE "+s.byIDs()+" SET "+s.completedSet(false)+" WHERE id IN (?)", bun.List(ids))
 	}
-	return exec(ctx, tx, s.d.DeleteIDs(Jobs, len(ids)), int64Args(ids)...)
+	return exec(ctx, tx, s.d.DeleteIDs(s.t.Jobs, len(ids)), int64Args(ids)...)
 }

@@ -18,26 +18,28 @@ const PendingColumns = "id, queue, kind, args, metadata, priority, attempts, max
 
 // pendingFrom is the start of a read of pending jobs, before its
 // conditions on them.
-const pendingFrom = "SELECT " + PendingColumns + " FROM " + Jobs + " WHERE state = "
+func (s SQL) pendingFrom() string {
+	return "SELECT " + PendingColumns + " FROM " + s.t.Jobs + " WHERE state = "
+}
 
 // ListPending reads the pending jobs of kind, in id order, into dest, a
 // pointer to a slice of a model with the PendingColumns.
 func (s SQL) ListPending(ctx context.Context, db bun.IDB, dest any, kind string) error {
-	return scan(ctx, db, dest, pendingFrom+"? AND kind = ? ORDER BY id", Waiting, kind)
+	return scan(ctx, db, dest, s.pendingFrom()+"? AND kind = ? ORDER BY id", Waiting, kind)
 }
 
 // GetPending reads the job id into dest, a pointer to a slice of a model
 // with the PendingColumns, if it is pending: dest is left empty if it is
 // not (it completed, failed, or never was).
 func (s SQL) GetPending(ctx context.Context, db bun.IDB, dest any, id int64) error {
-	return scan(ctx, db, dest, pendingFrom+"? AND id = ?", Waiting, id)
+	return scan(ctx, db, dest, s.pendingFrom()+"? AND id = ?", Waiting, id)
 }
 
 // PendingKinds counts the pending jobs by kind (KindCount.Total; Due of
 // them due now), in kind order, for at most limit kinds.
 func (s SQL) PendingKinds(ctx context.Context, db bun.IDB, limit int) ([]KindCount, error) {
 	var kinds []KindCount
-	err := scan(ctx, db, &kinds, "SELECT kind, COUNT(CASE WHEN run_at <= "+s.d.Now()+" THEN 1 END) AS due, COUNT(*) AS total FROM "+Jobs+
+	err := scan(ctx, db, &kinds, "SELECT kind, COUNT(CASE WHEN run_at <= "+s.d.Now()+" THEN 1 END) AS due, COUNT(*) AS total FROM "+s.t.Jobs+
 		" WHERE state = ? GROUP BY kind ORDER BY kind LIMIT ?", Waiting, limit)
 	return kinds, err
 }
@@ -46,7 +48,7 @@ func (s SQL) PendingKinds(ctx context.Context, db bun.IDB, limit int) ([]KindCou
 // that is, whether its run_at has come; ok is false if it is not pending.
 func (s SQL) Due(ctx context.Context, db bun.IDB, id int64) (due, ok bool, err error) {
 	var dues []int
-	err = scan(ctx, db, &dues, "SELECT CASE WHEN run_at <= "+s.d.Now()+" THEN 1 ELSE 0 END FROM "+Jobs+
+	err = scan(ctx, db, &dues, "SELECT CASE WHEN run_at <= "+s.d.Now()+" THEN 1 ELSE 0 END FROM "+s.t.Jobs+
 		" WHERE state = ? AND id = ?", Waiting, id)
 	if err != nil || len(dues) == 0 {
 		return false, false, err

@@ -6,13 +6,8 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"github.com/bunqueue/bunqueue/internal/migrate"
 	"github.com/bunqueue/bunqueue/internal/periodic"
 )
-
-// Periodic is the table of the periodic jobs' records, one row per
-// schedule by name: which ticks were handled (see periodic.Record).
-const Periodic = migrate.PeriodicTable
 
 // PeriodicRecord is a schedule's row of the periodic table.
 type PeriodicRecord struct {
@@ -38,7 +33,7 @@ type periodicRow struct {
 func (s SQL) PeriodicState(ctx context.Context, db bun.IDB, names []string) (int64, map[string]PeriodicRecord, error) {
 	var rows []periodicRow
 	err := scan(ctx, db, &rows, "SELECT c.clock_us, p.name, p.schedule, p.next_tick, p.last_tick FROM (SELECT "+s.d.NowMicros()+" AS clock_us) c"+
-		" LEFT JOIN "+Periodic+" p ON p.name IN (?)", bun.List(names))
+		" LEFT JOIN "+s.t.Periodic+" p ON p.name IN (?)", bun.List(names))
 	switch {
 	case err != nil:
 		return 0, nil, err
@@ -62,7 +57,7 @@ func (s SQL) PeriodicState(ctx context.Context, db bun.IDB, names []string) (int
 // AddPeriodic records the schedule named name, whose first tick is next,
 // unless it has a record; added is false if it had one.
 func (s SQL) AddPeriodic(ctx context.Context, db bun.IDB, name, schedule string, next int64) (added bool, err error) {
-	r, err := db.NewRaw("INSERT INTO "+Periodic+" (name, schedule, next_tick, updated_at) VALUES (?, ?, ?, "+s.d.Now()+")"+s.d.SkipTakenKeys(),
+	r, err := db.NewRaw("INSERT INTO "+s.t.Periodic+" (name, schedule, next_tick, updated_at) VALUES (?, ?, ?, "+s.d.Now()+")"+s.d.SkipTakenKeys(),
 		name, schedule, next).Exec(ctx)
 	if s.d.KeyTaken(err, "PRIMARY") {
 		return false, nil
@@ -81,6 +76,6 @@ func (s SQL) AdvancePeriodic(ctx context.Context, tx bun.IDB, name string, from,
 	if last != periodic.NoTick {
 		lastTick = &last
 	}
-	return affected(tx.NewRaw("UPDATE "+Periodic+" SET next_tick = ?, last_tick = ?, schedule = ?, updated_at = "+s.d.Now()+
+	return affected(tx.NewRaw("UPDATE "+s.t.Periodic+" SET next_tick = ?, last_tick = ?, schedule = ?, updated_at = "+s.d.Now()+
 		" WHERE name = ? AND next_tick = ?", to, lastTick, schedule, name, from).Exec(ctx))
 }

@@ -15,7 +15,7 @@ import (
 // of the claim index.
 func (s SQL) Queues(ctx context.Context, db bun.IDB) ([]string, error) {
 	var queues []string
-	err := scan(ctx, db, &queues, "SELECT DISTINCT queue FROM "+Jobs)
+	err := scan(ctx, db, &queues, "SELECT DISTINCT queue FROM "+s.t.Jobs)
 	return queues, err
 }
 
@@ -29,14 +29,14 @@ type QueueKind struct {
 // loose scan of the failed jobs' (queue, kind, id) index.
 func (s SQL) FailedKinds(ctx context.Context, db bun.IDB) ([]QueueKind, error) {
 	var kinds []QueueKind
-	err := scan(ctx, db, &kinds, "SELECT DISTINCT queue, kind FROM "+Failed)
+	err := scan(ctx, db, &kinds, "SELECT DISTINCT queue, kind FROM "+s.t.FailedJobs)
 	return kinds, err
 }
 
 // CountFailed counts the failed jobs of a queue and kind, up to limit.
 func (s SQL) CountFailed(ctx context.Context, db bun.IDB, queue, kind string, limit int) (int, error) {
 	var n int
-	err := db.NewRaw("SELECT COUNT(*) FROM (SELECT 1 FROM "+Failed+" WHERE queue = ? AND kind = ? LIMIT ?) f",
+	err := db.NewRaw("SELECT COUNT(*) FROM (SELECT 1 FROM "+s.t.FailedJobs+" WHERE queue = ? AND kind = ? LIMIT ?) f",
 		queue, kind, limit).Scan(ctx, &n)
 	return n, err
 }
@@ -56,7 +56,7 @@ func (s SQL) CountWaiting(ctx context.Context, db bun.IDB, queue string, limit i
 	// COUNT of a CASE, not SUM of a comparison: an integer on every
 	// server (MySQL's SUM is a DECIMAL, PostgreSQL has no boolean SUM).
 	err := scan(ctx, db, &kinds, "SELECT kind, COUNT(CASE WHEN run_at <= "+s.d.Now()+" THEN 1 END) AS due, COUNT(*) AS total "+
-		"FROM (SELECT kind, run_at FROM "+Jobs+" WHERE queue = ? AND state = ? LIMIT ?) w GROUP BY kind",
+		"FROM (SELECT kind, run_at FROM "+s.t.Jobs+" WHERE queue = ? AND state = ? LIMIT ?) w GROUP BY kind",
 		queue, Waiting, limit)
 	return kinds, err
 }
@@ -64,7 +64,7 @@ func (s SQL) CountWaiting(ctx context.Context, db bun.IDB, queue string, limit i
 // Priorities returns the priorities of the waiting jobs of queue.
 func (s SQL) Priorities(ctx context.Context, db bun.IDB, queue string) ([]int, error) {
 	var priorities []int
-	err := scan(ctx, db, &priorities, "SELECT DISTINCT priority FROM "+Jobs+" WHERE queue = ? AND state = ?", queue, Waiting)
+	err := scan(ctx, db, &priorities, "SELECT DISTINCT priority FROM "+s.t.Jobs+" WHERE queue = ? AND state = ?", queue, Waiting)
 	return priorities, err
 }
 
@@ -73,7 +73,7 @@ func (s SQL) Priorities(ctx context.Context, db bun.IDB, queue string) ([]int, e
 // read by the same statement: the age is their difference, whatever the
 // server. first is not valid when no job is due.
 func (s SQL) OldestDue(ctx context.Context, db bun.IDB, queue string, priority int) (first, now sql.NullTime, err error) {
-	err = db.NewRaw("SELECT MIN(run_at), "+s.d.Now()+" FROM "+Jobs+
+	err = db.NewRaw("SELECT MIN(run_at), "+s.d.Now()+" FROM "+s.t.Jobs+
 		" WHERE queue = ? AND state = ? AND priority = ? AND run_at <= "+s.d.Now(), queue, Waiting, priority).
 		Scan(ctx, &first, &now)
 	return first, now, err

@@ -19,6 +19,7 @@ import (
 	"github.com/bunqueue/bunqueue/internal/finish"
 	"github.com/bunqueue/bunqueue/internal/jobsql"
 	"github.com/bunqueue/bunqueue/internal/limit"
+	"github.com/bunqueue/bunqueue/internal/slotsql"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
 	"github.com/bunqueue/bunqueue/internal/telemetry"
 )
@@ -321,7 +322,7 @@ func (l *Runner) lease(ctx context.Context, tx bun.Tx, b *leased, rated []int, k
 	if err := l.Env.SQL.Lease(ctx, tx, ids, b.token, l.Lease); err != nil {
 		return err
 	}
-	if err := limit.Lease(ctx, l.Env.Dialect, tx, b.held, b.token, l.Lease); err != nil {
+	if err := limit.Lease(ctx, l.slots(), tx, b.held, b.token, l.Lease); err != nil {
 		return err
 	}
 	b.starts = make([]rateSlots, len(b.rows))
@@ -430,7 +431,7 @@ func (l *Runner) keeper(rows []jobsql.Row, token string, claimed time.Time, held
 // extendSlots pushes the end of the leases of held to Lease from now,
 // and reports whether token still held every one.
 func (l *Runner) extendSlots(ctx context.Context, held []limit.Held, token string) (bool, error) {
-	return limit.Extend(ctx, l.Env.Dialect, l.Env.DB, held, token, l.Lease)
+	return limit.Extend(ctx, l.slots(), l.Env.DB, held, token, l.Lease)
 }
 
 // freeSlots gives back the slots that a batch leased with its jobs, once
@@ -439,7 +440,7 @@ func (l *Runner) freeSlots(ctx context.Context, held []limit.Held, token string)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claim.FinishTimeout)
 	defer cancel()
 	for _, h := range held {
-		if err := limit.Free(ctx, l.Env.Dialect, l.Env.DB, h, token); err != nil {
+		if err := limit.Free(ctx, l.slots(), l.Env.DB, h, token); err != nil {
 			l.Env.Logger.WarnContext(ctx, "bunqueue: freeing a slot of a limit failed; it is free when its lease runs out", "queue", l.Queue, "error", err)
 		} else if l.Jobs.KeyLimit != nil {
 			l.Jobs.KeyLimit.Freed([]string{h.Limit.Key})
@@ -490,3 +491,7 @@ func (l *Runner) takeRateTokens(ctx context.Context, tx bun.Tx, rows []jobsql.Ro
 	}
 	return keepRows(rows, run), kept, nil
 }
+
+// slots returns the statements on the slots table of the runner's
+// tables.
+func (l *Runner) slots() slotsql.SQL { return slotsql.New(l.Env.Dialect, l.Env.SQL.Tables()) }

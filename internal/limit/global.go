@@ -8,6 +8,7 @@ import (
 
 	"github.com/bunqueue/bunqueue/internal/slotsql"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/tables"
 )
 
 // Global is the GlobalLimit of one queue: n slots, rows of the slots
@@ -27,11 +28,11 @@ type Global struct {
 // NewGlobal returns the slots of queue's GlobalLimit of n on db, or nil
 // if n is zero: a queue without a limit runs no statement on the slots
 // table.
-func NewGlobal(d sqldialect.Dialect, db bun.IDB, queue string, n int) *Global {
+func NewGlobal(d sqldialect.Dialect, t tables.Names, db bun.IDB, queue string, n int) *Global {
 	if n == 0 {
 		return nil
 	}
-	return &Global{limit: slotsql.Limit{Queue: queue, Kind: slotsql.Concurrency}, n: n, sql: slotsql.New(d), d: d, db: db}
+	return &Global{limit: slotsql.Limit{Queue: queue, Kind: slotsql.Concurrency}, n: n, sql: slotsql.New(d, t), d: d, db: db}
 }
 
 // Ensure creates the queue's slots that do not exist yet, at Start.

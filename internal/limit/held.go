@@ -7,7 +7,6 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunqueue/bunqueue/internal/slotsql"
-	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
 
 // Held is a slot that a transaction locks, or that a lease-mode batch
@@ -19,8 +18,7 @@ type Held struct {
 
 // Lease marks the slots of held, which tx locks, as leased by token for
 // lease from now, by the database clock.
-func Lease(ctx context.Context, d sqldialect.Dialect, tx bun.IDB, held []Held, token string, lease time.Duration) error {
-	sql := slotsql.New(d)
+func Lease(ctx context.Context, sql slotsql.SQL, tx bun.IDB, held []Held, token string, lease time.Duration) error {
 	for _, h := range held {
 		if err := sql.Hold(ctx, tx, h.Limit, []int{h.Slot}, token, lease); err != nil {
 			return err
@@ -31,8 +29,7 @@ func Lease(ctx context.Context, d sqldialect.Dialect, tx bun.IDB, held []Held, t
 
 // Extend pushes the end of the leases of held to lease from now, and
 // reports whether token still held every one.
-func Extend(ctx context.Context, d sqldialect.Dialect, db bun.IDB, held []Held, token string, lease time.Duration) (bool, error) {
-	sql := slotsql.New(d)
+func Extend(ctx context.Context, sql slotsql.SQL, db bun.IDB, held []Held, token string, lease time.Duration) (bool, error) {
 	for _, h := range held {
 		n, err := sql.Extend(ctx, db, h.Limit, []int{h.Slot}, token, lease)
 		if err != nil || n == 0 {
@@ -43,6 +40,6 @@ func Extend(ctx context.Context, d sqldialect.Dialect, db bun.IDB, held []Held, 
 }
 
 // Free gives h back, if token still holds it.
-func Free(ctx context.Context, d sqldialect.Dialect, db bun.IDB, h Held, token string) error {
-	return slotsql.New(d).Free(ctx, db, h.Limit, []int{h.Slot}, token)
+func Free(ctx context.Context, sql slotsql.SQL, db bun.IDB, h Held, token string) error {
+	return sql.Free(ctx, db, h.Limit, []int{h.Slot}, token)
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/bunqueue/bunqueue/internal/slotsql"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/tables"
 )
 
 // A queue's KeyLimit is kept with slots too, KeyLimit of them per value
@@ -67,8 +68,8 @@ type fullKey struct {
 type KeyOf func(i int) (key string, val any, limited bool)
 
 // NewKeys returns queue's n slots of kind per key, on db.
-func NewKeys(d sqldialect.Dialect, db bun.IDB, queue string, kind slotsql.Kind, n int) *Keys {
-	return &Keys{queue: queue, kind: kind, n: n, sql: slotsql.New(d), d: d, db: db, rowLocks: d.SkipLocked() != "",
+func NewKeys(d sqldialect.Dialect, t tables.Names, db bun.IDB, queue string, kind slotsql.Kind, n int) *Keys {
+	return &Keys{queue: queue, kind: kind, n: n, sql: slotsql.New(d, t), d: d, db: db, rowLocks: d.SkipLocked() != "",
 		known: map[string]bool{}, full: map[string]fullKey{}}
 }
 
@@ -104,10 +105,10 @@ func (k *Keys) limit(key string) slotsql.Limit {
 
 // Check fails if the slots table is missing, at Start.
 func (k *Keys) Check(ctx context.Context) error {
-	if err := slotsql.CheckTable(ctx, k.db); err != nil {
+	if err := k.sql.CheckTable(ctx, k.db); err != nil {
 		if k.d.MissingTable(err) {
 			return fmt.Errorf("bunqueue: queue %q: its per-key limits need the %s table of schema version 6: run bunqueue.Migrate (or apply bunqueue.MigrationSQL): %w",
-				k.queue, slotsql.Slots, err)
+				k.queue, k.sql.Table(), err)
 		}
 		return fmt.Errorf("bunqueue: queue %q: %w", k.queue, err)
 	}

@@ -66,7 +66,7 @@ func ensure(ctx context.Context, sql slotsql.SQL, d sqldialect.Dialect, db bun.I
 	if err := sql.Ensure(ctx, db, l, n); err != nil {
 		if d.MissingTable(err) {
 			return fmt.Errorf("bunqueue: queue %q: its %s needs the %s table of schema version 6: run bunqueue.Migrate (or apply bunqueue.MigrationSQL): %w",
-				l.Queue, what, slotsql.Slots, err)
+				l.Queue, what, sql.Table(), err)
 		}
 		return fmt.Errorf("bunqueue: queue %q: creating the slots of its %s: %w", l.Queue, what, err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bunqueue/bunqueue/internal/slotsql"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/tables"
 )
 
 // A rate limit is kept with N slots of kind slotsql.Rate per queue (or
@@ -58,8 +59,8 @@ type Rate struct {
 }
 
 // NewRate returns queue's RateLimit of n per per, on db.
-func NewRate(d sqldialect.Dialect, db bun.IDB, queue string, n int, per time.Duration) *Rate {
-	return &Rate{limit: slotsql.Limit{Queue: queue, Kind: slotsql.Rate}, n: n, per: per, sql: slotsql.New(d), d: d, db: db,
+func NewRate(d sqldialect.Dialect, t tables.Names, db bun.IDB, queue string, n int, per time.Duration) *Rate {
+	return &Rate{limit: slotsql.Limit{Queue: queue, Kind: slotsql.Rate}, n: n, per: per, sql: slotsql.New(d, t), d: d, db: db,
 		claimTx: d.SkipLocked() == ""}
 }
 

@@ -12,26 +12,23 @@ import (
 	"github.com/uptrace/bun/dialect"
 
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/tables"
 )
 
-// Table names.
+// The server lock that migrations take turns on, whatever the tables'
+// names, and how long Run waits for it.
 const (
-	JobsTable       = "bunqueue_jobs"
-	FailedJobsTable = "bunqueue_failed_jobs"
-	VersionsTable   = "bunqueue_migrations"
-	QueuesTable     = "bunqueue_queues"
-	PeriodicTable   = "bunqueue_periodic"
-	SlotsTable      = "bunqueue_slots"
-	lockName        = "bunqueue_migrate"
-	lockWait        = 60 * time.Second
+	lockName = "bunqueue_migrate"
+	lockWait = 60 * time.Second
 )
 
 // ClaimIndex is the jobs table's index that the claim query's conditions
-// and order are on: (queue, state, priority, run_at, id).
-const ClaimIndex = "bunqueue_jobs_claim"
+// and order are on: (queue, state, priority, run_at, id). Index names are
+// given without the prefix (tables.Names.Index).
+const ClaimIndex = "jobs_claim"
 
 // UniqueKeyIndex is the jobs table's unique index on unique_key.
-const UniqueKeyIndex = "bunqueue_jobs_unique_key"
+const UniqueKeyIndex = "jobs_unique_key"
 
 // Migration is one version of the schema.
 type Migration struct {
@@ -40,8 +37,13 @@ type Migration struct {
 	Statements []string
 }
 
-// Schema is the DDL of one database server.
+// Schema is the DDL of one database server, for one set of tables.
 type Schema struct {
+	// Prelude runs first: PostgreSQL's creates the tables' schema if it
+	// is missing.
+	Prelude []string
+	// Table is the name of the table of the applied versions.
+	Table string
 	// Versions creates the table that records the applied versions.
 	Versions string
 	// Migrations lists every version, oldest first. Released versions
@@ -54,40 +56,43 @@ type Schema struct {
 	Rerun string
 }
 
-// For returns the schema of db's server.
-func For(db *bun.DB) (Schema, error) {
+// For returns the schema of db's server, for the tables n.
+func For(db *bun.DB, n tables.Names) (Schema, error) {
 	switch db.Dialect().Name() {
 	case dialect.MySQL:
-		return MySQL, nil
+		return MySQL(n), nil
 	case dialect.PG:
-		return Postgres, nil
+		return Postgres(n), nil
 	case dialect.SQLite:
-		return SQLite, nil
+		return SQLite(n), nil
 	}
 	_, err := sqldialect.For(db)
 	return Schema{}, err
 }
 
-// MySQL is the schema on MySQL and MariaDB.
-var MySQL = Schema{Versions: versionsDDL, Migrations: Migrations, Rerun: " ON DUPLICATE KEY UPDATE version = version"}
+// MySQL is the schema on MySQL and MariaDB, for the tables n.
+func MySQL(n tables.Names) Schema {
+	return Schema{Table: n.Migrations, Versions: versionsDDL(n), Migrations: mysqlMigrations(n), Rerun: " ON DUPLICATE KEY UPDATE version = version"}
+}
 
-// Migrations lists every version of the MySQL and MariaDB schema, oldest
-// first.
-var Migrations = []Migration{
-	{
-		Version: 1,
-		Name:    "jobs and failed jobs",
-		Statements: []string{
-			// state: 0 waiting (or leased, in lease mode), 1 completed
-			// (kept only with Config.Retention). run_at is when the job may
-			// run; in lease mode, while a job is leased, it is the lease's
-			// end. trace_context holds the propagator's carrier of the span
-			// that enqueued the job, as "key=value" lines. The claim index
-			// serves
-			//   WHERE queue = ? AND state = 0 AND run_at <= NOW(6)
-			//   ORDER BY priority, run_at, id
-			// without a filesort.
-			`CREATE TABLE IF NOT EXISTS ` + JobsTable + ` (
+// mysqlMigrations lists every version of the MySQL and MariaDB schema,
+// oldest first.
+func mysqlMigrations(n tables.Names) []Migration {
+	return []Migration{
+		{
+			Version: 1,
+			Name:    "jobs and failed jobs",
+			Statements: []string{
+				// state: 0 waiting (or leased, in lease mode), 1 completed
+				// (kept only with Config.Retention). run_at is when the job may
+				// run; in lease mode, while a job is leased, it is the lease's
+				// end. trace_context holds the propagator's carrier of the span
+				// that enqueued the job, as "key=value" lines. The claim index
+				// serves
+				//   WHERE queue = ? AND state = 0 AND run_at <= NOW(6)
+				//   ORDER BY priority, run_at, id
+				// without a filesort.
+				`CREATE TABLE IF NOT EXISTS ` + n.Jobs + ` (
 	id BIGINT NOT NULL AUTO_INCREMENT,
 	queue VARCHAR(128) NOT NULL,
 	kind VARCHAR(255) NOT NULL,
@@ -105,11 +110,11 @@ var Migrations = []Migration{
 	lease_token CHAR(32) NULL,
 	trace_context VARBINARY(1024) NULL,
 	PRIMARY KEY (id),
-	UNIQUE KEY bunqueue_jobs_unique_key (unique_key),
-	KEY ` + ClaimIndex + ` (queue, state, priority, run_at, id),
-	KEY bunqueue_jobs_completed (state, completed_at, id)
+	UNIQUE KEY ` + n.Index("jobs_unique_key") + ` (unique_key),
+	KEY ` + n.Index(ClaimIndex) + ` (queue, state, priority, run_at, id),
+	KEY ` + n.Index("jobs_completed") + ` (state, completed_at, id)
 ) ENGINE=InnoDB`,
-			`CREATE TABLE IF NOT EXISTS ` + FailedJobsTable + ` (
+				`CREATE TABLE IF NOT EXISTS ` + n.FailedJobs + ` (
 	id BIGINT NOT NULL AUTO_INCREMENT,
 	job_id BIGINT NOT NULL,
 	queue VARCHAR(128) NOT NULL,
@@ -125,81 +130,81 @@ var Migrations = []Migration{
 	failed_at DATETIME(6) NOT NULL,
 	trace_context VARBINARY(1024) NULL,
 	PRIMARY KEY (id),
-	KEY bunqueue_failed_jobs_queue (queue, kind, id),
-	KEY bunqueue_failed_jobs_failed_at (failed_at, id)
+	KEY ` + n.Index("failed_jobs_queue") + ` (queue, kind, id),
+	KEY ` + n.Index("failed_jobs_failed_at") + ` (failed_at, id)
 ) ENGINE=InnoDB`,
+			},
 		},
-	},
-	{
-		Version: 2,
-		Name:    "queue, kind and unique_key compare exactly",
-		// Version 1's columns took the database's default collation
-		// (utf8mb4_general_ci, utf8mb4_0900_ai_ci), which makes "Key",
-		// "key" and "key " one unique key, and a worker of queue "mail"
-		// claim the jobs of "Mail" and "mail ". utf8mb4_bin still pads
-		// (PAD SPACE), and the collations that do not differ between
-		// MySQL and MariaDB: VARBINARY compares bytes, on both. Each
-		// column first becomes utf8mb4, so that a latin1 table's text
-		// turns into the UTF-8 bytes bunqueue reads and writes; MODIFY
-		// keeps the indexes, and the rows keep their values.
-		Statements: []string{
-			exactColumns(JobsTable, "VARCHAR(%d) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"),
-			exactColumns(JobsTable, "VARBINARY(%d)"),
-			exactColumns(FailedJobsTable, "VARCHAR(%d) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"),
-			exactColumns(FailedJobsTable, "VARBINARY(%d)"),
+		{
+			Version: 2,
+			Name:    "queue, kind and unique_key compare exactly",
+			// Version 1's columns took the database's default collation
+			// (utf8mb4_general_ci, utf8mb4_0900_ai_ci), which makes "Key",
+			// "key" and "key " one unique key, and a worker of queue "mail"
+			// claim the jobs of "Mail" and "mail ". utf8mb4_bin still pads
+			// (PAD SPACE), and the collations that do not differ between
+			// MySQL and MariaDB: VARBINARY compares bytes, on both. Each
+			// column first becomes utf8mb4, so that a latin1 table's text
+			// turns into the UTF-8 bytes bunqueue reads and writes; MODIFY
+			// keeps the indexes, and the rows keep their values.
+			Statements: []string{
+				exactColumns(n.Jobs, "VARCHAR(%d) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"),
+				exactColumns(n.Jobs, "VARBINARY(%d)"),
+				exactColumns(n.FailedJobs, "VARCHAR(%d) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"),
+				exactColumns(n.FailedJobs, "VARBINARY(%d)"),
+			},
 		},
-	},
-	{
-		Version: 3,
-		Name:    "queue controls",
-		// One row per queue that was ever paused, table queues and jobs
-		// queues alike, by name; paused_at is NULL while it runs.
-		Statements: []string{
-			`CREATE TABLE IF NOT EXISTS ` + QueuesTable + ` (
+		{
+			Version: 3,
+			Name:    "queue controls",
+			// One row per queue that was ever paused, table queues and jobs
+			// queues alike, by name; paused_at is NULL while it runs.
+			Statements: []string{
+				`CREATE TABLE IF NOT EXISTS ` + n.Queues + ` (
 	name VARBINARY(128) NOT NULL,
 	paused_at DATETIME(6) NULL,
 	updated_at DATETIME(6) NOT NULL,
 	PRIMARY KEY (name)
 ) ENGINE=InnoDB`,
+			},
 		},
-	},
-	{
-		Version: 4,
-		Name:    "job output and job listing indexes",
-		// output holds what a worker recorded with RecordOutput, as JSON,
-		// for a job kept completed. The listing indexes serve JobList, newest
-		// first (ORDER BY id DESC) under each filter it has an equality
-		// for: state alone, state and queue, state and kind on the jobs
-		// table; job_id alone, queue and kind on the failed jobs (JobGet
-		// finds a failed job by its job_id). Each statement checks first
-		// whether its change is there, so that MigrationSQL's script can
-		// run twice: MySQL 8 has no ADD COLUMN IF NOT EXISTS.
-		Statements: append(
-			ifMissing("COLUMNS", JobsTable, "column_name = 'output'", `ALTER TABLE `+JobsTable+` ADD COLUMN output LONGBLOB NULL,
-	ADD KEY `+ListStateIndex+` (state, id),
-	ADD KEY `+ListQueueIndex+` (state, queue, id),
-	ADD KEY `+ListKindIndex+` (state, kind, id)`),
-			ifMissing("STATISTICS", FailedJobsTable, "index_name = '"+FailedJobIDIndex+"'", `ALTER TABLE `+FailedJobsTable+`
-	ADD KEY `+FailedJobIDIndex+` (job_id),
-	ADD KEY `+FailedListQueueIndex+` (queue, job_id),
-	ADD KEY `+FailedListKindIndex+` (kind, job_id)`)...),
-	},
-	{
-		Version:    5,
-		Name:       "periodic jobs",
-		Statements: []string{periodicDDL},
-	},
-	{
-		Version: 6,
-		Name:    "concurrency slots",
-		// The slots of a queue's limits, by kind (slotsql.Concurrency,
-		// ...) and key ('' for the whole queue): slots 0 to limit-1,
-		// created at Start. A lock-mode worker holds one by locking its
-		// row in the claim transaction; a lease-mode worker by setting
-		// holder to its lease's token and held_until to the lease's end,
-		// extended with the lease.
-		Statements: []string{
-			`CREATE TABLE IF NOT EXISTS ` + SlotsTable + ` (
+		{
+			Version: 4,
+			Name:    "job output and job listing indexes",
+			// output holds what a worker recorded with RecordOutput, as JSON,
+			// for a job kept completed. The listing indexes serve JobList, newest
+			// first (ORDER BY id DESC) under each filter it has an equality
+			// for: state alone, state and queue, state and kind on the jobs
+			// table; job_id alone, queue and kind on the failed jobs (JobGet
+			// finds a failed job by its job_id). Each statement checks first
+			// whether its change is there, so that MigrationSQL's script can
+			// run twice: MySQL 8 has no ADD COLUMN IF NOT EXISTS.
+			Statements: append(
+				ifMissing("COLUMNS", n.Bare(tables.Jobs), "column_name = 'output'", `ALTER TABLE `+n.Jobs+` ADD COLUMN output LONGBLOB NULL,
+	ADD KEY `+n.Index(ListStateIndex)+` (state, id),
+	ADD KEY `+n.Index(ListQueueIndex)+` (state, queue, id),
+	ADD KEY `+n.Index(ListKindIndex)+` (state, kind, id)`),
+				ifMissing("STATISTICS", n.Bare(tables.FailedJobs), "index_name = '"+n.Index(FailedJobIDIndex)+"'", `ALTER TABLE `+n.FailedJobs+`
+	ADD KEY `+n.Index(FailedJobIDIndex)+` (job_id),
+	ADD KEY `+n.Index(FailedListQueueIndex)+` (queue, job_id),
+	ADD KEY `+n.Index(FailedListKindIndex)+` (kind, job_id)`)...),
+		},
+		{
+			Version:    5,
+			Name:       "periodic jobs",
+			Statements: []string{periodicDDL(n)},
+		},
+		{
+			Version: 6,
+			Name:    "concurrency slots",
+			// The slots of a queue's limits, by kind (slotsql.Concurrency,
+			// ...) and key ('' for the whole queue): slots 0 to limit-1,
+			// created at Start. A lock-mode worker holds one by locking its
+			// row in the claim transaction; a lease-mode worker by setting
+			// holder to its lease's token and held_until to the lease's end,
+			// extended with the lease.
+			Statements: []string{
+				`CREATE TABLE IF NOT EXISTS ` + n.Slots + ` (
 	queue VARBINARY(128) NOT NULL,
 	kind SMALLINT NOT NULL,
 	slot_key VARBINARY(255) NOT NULL,
@@ -208,33 +213,34 @@ var Migrations = []Migration{
 	held_until DATETIME(6) NULL,
 	PRIMARY KEY (queue, kind, slot_key, slot)
 ) ENGINE=InnoDB`,
+			},
 		},
-	},
-	{
-		Version: 7,
-		Name:    "limit keys",
-		// limit_key is a job's EnqueueOpts.LimitKey, for its queue's
-		// KeyLimit; a failed job keeps it, for its replay. Each ALTER
-		// checks first that its column is missing, so that MigrationSQL's
-		// script can run twice: MySQL 8 has no ADD COLUMN IF NOT EXISTS.
-		Statements: append(
-			ifMissing("COLUMNS", JobsTable, "column_name = 'limit_key'", `ALTER TABLE `+JobsTable+` ADD COLUMN limit_key VARBINARY(255) NULL`),
-			ifMissing("COLUMNS", FailedJobsTable, "column_name = 'limit_key'", `ALTER TABLE `+FailedJobsTable+` ADD COLUMN limit_key VARBINARY(255) NULL`)...),
-	},
-	{
-		Version: 8,
-		Name:    "attempt errors",
-		// attempt_errors is the JSON array of a job's failed attempts,
-		// oldest first, each {"attempt": n, "at_us": microseconds since
-		// the Unix epoch, "error": text}; NULL for none. A failed job
-		// keeps its job's. Text in utf8mb4, whatever the table's default
-		// character set, as the JSON functions write it; MEDIUMTEXT, as a
-		// TEXT's 65,535 bytes would not hold the kept attempts. Each ALTER
-		// checks first that its column is missing, as version 7's do.
-		Statements: append(
-			ifMissing("COLUMNS", JobsTable, "column_name = '"+AttemptErrorsColumn+"'", `ALTER TABLE `+JobsTable+` ADD COLUMN `+AttemptErrorsColumn+` `+attemptErrorsType),
-			ifMissing("COLUMNS", FailedJobsTable, "column_name = '"+AttemptErrorsColumn+"'", `ALTER TABLE `+FailedJobsTable+` ADD COLUMN `+AttemptErrorsColumn+` `+attemptErrorsType)...),
-	},
+		{
+			Version: 7,
+			Name:    "limit keys",
+			// limit_key is a job's EnqueueOpts.LimitKey, for its queue's
+			// KeyLimit; a failed job keeps it, for its replay. Each ALTER
+			// checks first that its column is missing, so that MigrationSQL's
+			// script can run twice: MySQL 8 has no ADD COLUMN IF NOT EXISTS.
+			Statements: append(
+				ifMissing("COLUMNS", n.Bare(tables.Jobs), "column_name = 'limit_key'", `ALTER TABLE `+n.Jobs+` ADD COLUMN limit_key VARBINARY(255) NULL`),
+				ifMissing("COLUMNS", n.Bare(tables.FailedJobs), "column_name = 'limit_key'", `ALTER TABLE `+n.FailedJobs+` ADD COLUMN limit_key VARBINARY(255) NULL`)...),
+		},
+		{
+			Version: 8,
+			Name:    "attempt errors",
+			// attempt_errors is the JSON array of a job's failed attempts,
+			// oldest first, each {"attempt": n, "at_us": microseconds since
+			// the Unix epoch, "error": text}; NULL for none. A failed job
+			// keeps its job's. Text in utf8mb4, whatever the table's default
+			// character set, as the JSON functions write it; MEDIUMTEXT, as a
+			// TEXT's 65,535 bytes would not hold the kept attempts. Each ALTER
+			// checks first that its column is missing, as version 7's do.
+			Statements: append(
+				ifMissing("COLUMNS", n.Bare(tables.Jobs), "column_name = '"+AttemptErrorsColumn+"'", `ALTER TABLE `+n.Jobs+` ADD COLUMN `+AttemptErrorsColumn+` `+attemptErrorsType),
+				ifMissing("COLUMNS", n.Bare(tables.FailedJobs), "column_name = '"+AttemptErrorsColumn+"'", `ALTER TABLE `+n.FailedJobs+` ADD COLUMN `+AttemptErrorsColumn+` `+attemptErrorsType)...),
+		},
+	}
 }
 
 // AttemptErrorsColumn is the column of version 8, on the jobs and the
@@ -247,18 +253,19 @@ const attemptErrorsType = "MEDIUMTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin 
 
 // The indexes of version 4 that serve JobList and JobGet.
 const (
-	ListStateIndex       = "bunqueue_jobs_list_state"
-	ListQueueIndex       = "bunqueue_jobs_list_queue"
-	ListKindIndex        = "bunqueue_jobs_list_kind"
-	FailedJobIDIndex     = "bunqueue_failed_jobs_job_id"
-	FailedListQueueIndex = "bunqueue_failed_jobs_list_queue"
-	FailedListKindIndex  = "bunqueue_failed_jobs_list_kind"
+	ListStateIndex       = "jobs_list_state"
+	ListQueueIndex       = "jobs_list_queue"
+	ListKindIndex        = "jobs_list_kind"
+	FailedJobIDIndex     = "failed_jobs_job_id"
+	FailedListQueueIndex = "failed_jobs_list_queue"
+	FailedListKindIndex  = "failed_jobs_list_kind"
 )
 
 // ifMissing returns the statements that run ddl on MySQL and MariaDB
 // only if table has no row in information_schema's view (COLUMNS,
 // STATISTICS) that matches cond: a prepared statement of the session,
-// which Run keeps on one connection, as the script does.
+// which Run keeps on one connection, as the script does. table is the
+// name as the catalog lists it.
 func ifMissing(view, table, cond, ddl string) []string {
 	return []string{
 		"SET @bunqueue_ddl = (SELECT IF(COUNT(*) = 0, '" + strings.ReplaceAll(ddl, "'", "''") + "', 'DO 0') FROM information_schema." + view +
@@ -275,7 +282,8 @@ func ifMissing(view, table, cond, ddl string) []string {
 // Unix epoch: numbers, so that a driver's time zone cannot shift them,
 // and compared exactly by the compare-and-set that enqueues a tick once.
 // schedule describes the schedule that set next_tick.
-const periodicDDL = `CREATE TABLE IF NOT EXISTS ` + PeriodicTable + ` (
+func periodicDDL(n tables.Names) string {
+	return `CREATE TABLE IF NOT EXISTS ` + n.Periodic + ` (
 	name VARBINARY(128) NOT NULL,
 	schedule VARBINARY(1024) NOT NULL,
 	next_tick BIGINT NOT NULL,
@@ -283,6 +291,7 @@ const periodicDDL = `CREATE TABLE IF NOT EXISTS ` + PeriodicTable + ` (
 	updated_at DATETIME(6) NOT NULL,
 	PRIMARY KEY (name)
 ) ENGINE=InnoDB`
+}
 
 // exactColumns is the ALTER TABLE of version 2 that gives the queue, kind
 // and unique_key columns of table the type typ, a format of their size.
@@ -291,23 +300,30 @@ func exactColumns(table, typ string) string {
 		table, 128, 255, 255)
 }
 
-const versionsDDL = `CREATE TABLE IF NOT EXISTS ` + VersionsTable + ` (
+// versionsDDL creates the table of the applied versions on MySQL and
+// MariaDB.
+func versionsDDL(n tables.Names) string {
+	return `CREATE TABLE IF NOT EXISTS ` + n.Migrations + ` (
 	version INT NOT NULL PRIMARY KEY,
 	name VARCHAR(255) NOT NULL,
 	applied_at DATETIME(6) NOT NULL
 ) ENGINE=InnoDB`
+}
 
 // SQL returns every statement of every migration, and the bookkeeping
 // that records them, as one script for users who run their own migration
 // tool: for MySQL and MariaDB.
-func SQL() string {
-	return MySQL.SQL(sqldialect.MySQL{}, "MySQL 8.0.1+ / MariaDB 10.6+")
+func SQL(n tables.Names) string {
+	return MySQL(n).SQL(sqldialect.MySQL{}, "MySQL 8.0.1+ / MariaDB 10.6+")
 }
 
 // SQL returns the schema as one script for server, through d.
 func (s Schema) SQL(d sqldialect.Dialect, server string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "-- bunqueue schema for %s\n", server)
+	for _, st := range s.Prelude {
+		b.WriteString(st + ";\n")
+	}
 	b.WriteString(s.Versions + ";\n")
 	for _, m := range s.Migrations {
 		fmt.Fprintf(&b, "\n-- version %d: %s\n", m.Version, m.Name)
@@ -315,21 +331,24 @@ func (s Schema) SQL(d sqldialect.Dialect, server string) string {
 			b.WriteString(st + ";\n")
 		}
 		fmt.Fprintf(&b, "INSERT INTO %s (version, name, applied_at) VALUES (%d, '%s', %s)%s;\n",
-			VersionsTable, m.Version, m.Name, d.Now(), s.Rerun)
+			s.Table, m.Version, m.Name, d.Now(), s.Rerun)
 	}
 	return b.String()
 }
 
 // Latest is the newest schema version.
-func Latest() int { return Migrations[len(Migrations)-1].Version }
+func Latest() int {
+	m := mysqlMigrations(tables.Default)
+	return m[len(m)-1].Version
+}
 
-// Run applies the missing migrations of db's server. It holds a named
+// Run applies the missing migrations of db's server to the tables n. It holds a named
 // server lock (Dialect.Lock) on one connection while it works, so
 // processes that start together apply each version once. On PostgreSQL
 // and SQLite the lock is a transaction's, which the migrations run in: a
 // failure keeps none of them, whatever applied lists.
-func Run(ctx context.Context, db *bun.DB) (applied []int, err error) {
-	schema, err := For(db)
+func Run(ctx context.Context, db *bun.DB, n tables.Names) (applied []int, err error) {
+	schema, err := For(db, n)
 	if err != nil {
 		return nil, err
 	}
@@ -352,11 +371,13 @@ func Run(ctx context.Context, db *bun.DB) (applied []int, err error) {
 		}
 	}()
 
-	if _, err := conn.ExecContext(ctx, schema.Versions); err != nil {
-		return nil, err
+	for _, st := range append(schema.Prelude, schema.Versions) {
+		if _, err := conn.ExecContext(ctx, st); err != nil {
+			return nil, err
+		}
 	}
 	done := map[int]bool{}
-	rows, err := conn.QueryContext(ctx, "SELECT version FROM "+VersionsTable)
+	rows, err := conn.QueryContext(ctx, "SELECT version FROM "+schema.Table)
 	if err != nil {
 		return nil, err
 	}
@@ -380,7 +401,7 @@ func Run(ctx context.Context, db *bun.DB) (applied []int, err error) {
 				return applied, fmt.Errorf("version %d (%s): %w", m.Version, m.Name, err)
 			}
 		}
-		if _, err := conn.ExecContext(ctx, "INSERT INTO "+VersionsTable+" (version, name, applied_at) VALUES (?, ?, "+d.Now()+")",
+		if _, err := conn.ExecContext(ctx, "INSERT INTO "+schema.Table+" (version, name, applied_at) VALUES (?, ?, "+d.Now()+")",
 			m.Version, m.Name); err != nil {
 			return applied, err
 		}

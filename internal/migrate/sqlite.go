@@ -1,5 +1,7 @@
 package migrate
 
+import "github.com/bunqueue/bunqueue/internal/tables"
+
 // SQLite is the schema on SQLite: the same tables, columns and indexes as
 // on MySQL, in SQLite's types. id is an INTEGER PRIMARY KEY, the rowid,
 // with AUTOINCREMENT so that a deleted job's id is never given again.
@@ -9,18 +11,20 @@ package migrate
 // the times they stand for, and the driver reads a DATETIME column into a
 // time.Time. Payloads are BLOBs, which round-trip byte for byte. Each
 // migration keeps its MySQL number.
-var SQLite = Schema{
-	Versions: `CREATE TABLE IF NOT EXISTS ` + VersionsTable + ` (
+func SQLite(n tables.Names) Schema {
+	return Schema{
+		Table: n.Migrations,
+		Versions: `CREATE TABLE IF NOT EXISTS ` + n.Migrations + ` (
 	version INTEGER NOT NULL PRIMARY KEY,
 	name TEXT NOT NULL,
 	applied_at DATETIME NOT NULL
 )`,
-	Migrations: []Migration{
-		{
-			Version: 1,
-			Name:    "jobs and failed jobs",
-			Statements: []string{
-				`CREATE TABLE IF NOT EXISTS ` + JobsTable + ` (
+		Migrations: []Migration{
+			{
+				Version: 1,
+				Name:    "jobs and failed jobs",
+				Statements: []string{
+					`CREATE TABLE IF NOT EXISTS ` + n.Jobs + ` (
 	id INTEGER PRIMARY KEY AUTOINCREMENT,
 	queue TEXT NOT NULL,
 	kind TEXT NOT NULL,
@@ -38,10 +42,10 @@ var SQLite = Schema{
 	lease_token TEXT NULL,
 	trace_context BLOB NULL
 )`,
-				`CREATE UNIQUE INDEX IF NOT EXISTS bunqueue_jobs_unique_key ON ` + JobsTable + ` (unique_key)`,
-				`CREATE INDEX IF NOT EXISTS ` + ClaimIndex + ` ON ` + JobsTable + ` (queue, state, priority, run_at, id)`,
-				`CREATE INDEX IF NOT EXISTS bunqueue_jobs_completed ON ` + JobsTable + ` (state, completed_at, id)`,
-				`CREATE TABLE IF NOT EXISTS ` + FailedJobsTable + ` (
+					`CREATE UNIQUE INDEX IF NOT EXISTS ` + n.Index("jobs_unique_key") + ` ON ` + n.Jobs + ` (unique_key)`,
+					`CREATE INDEX IF NOT EXISTS ` + n.Index(ClaimIndex) + ` ON ` + n.Jobs + ` (queue, state, priority, run_at, id)`,
+					`CREATE INDEX IF NOT EXISTS ` + n.Index("jobs_completed") + ` ON ` + n.Jobs + ` (state, completed_at, id)`,
+					`CREATE TABLE IF NOT EXISTS ` + n.FailedJobs + ` (
 	id INTEGER PRIMARY KEY AUTOINCREMENT,
 	job_id INTEGER NOT NULL,
 	queue TEXT NOT NULL,
@@ -57,59 +61,59 @@ var SQLite = Schema{
 	failed_at DATETIME NOT NULL,
 	trace_context BLOB NULL
 )`,
-				`CREATE INDEX IF NOT EXISTS bunqueue_failed_jobs_queue ON ` + FailedJobsTable + ` (queue, kind, id)`,
-				`CREATE INDEX IF NOT EXISTS bunqueue_failed_jobs_failed_at ON ` + FailedJobsTable + ` (failed_at, id)`,
+					`CREATE INDEX IF NOT EXISTS ` + n.Index("failed_jobs_queue") + ` ON ` + n.FailedJobs + ` (queue, kind, id)`,
+					`CREATE INDEX IF NOT EXISTS ` + n.Index("failed_jobs_failed_at") + ` ON ` + n.FailedJobs + ` (failed_at, id)`,
+				},
 			},
-		},
-		{
-			Version: 2,
-			Name:    "queue, kind and unique_key compare exactly",
-			// Nothing to change: TEXT columns compare with the BINARY
-			// collation, byte for byte, with no padding.
-		},
-		{
-			Version: 3,
-			Name:    "queue controls",
-			Statements: []string{
-				`CREATE TABLE IF NOT EXISTS ` + QueuesTable + ` (
+			{
+				Version: 2,
+				Name:    "queue, kind and unique_key compare exactly",
+				// Nothing to change: TEXT columns compare with the BINARY
+				// collation, byte for byte, with no padding.
+			},
+			{
+				Version: 3,
+				Name:    "queue controls",
+				Statements: []string{
+					`CREATE TABLE IF NOT EXISTS ` + n.Queues + ` (
 	name TEXT NOT NULL PRIMARY KEY,
 	paused_at DATETIME NULL,
 	updated_at DATETIME NOT NULL
 )`,
+				},
 			},
-		},
-		{
-			Version: 4,
-			Name:    "job output and job listing indexes",
-			Statements: []string{
-				`ALTER TABLE ` + JobsTable + ` ADD COLUMN output BLOB NULL`,
-				`CREATE INDEX IF NOT EXISTS ` + ListStateIndex + ` ON ` + JobsTable + ` (state, id)`,
-				`CREATE INDEX IF NOT EXISTS ` + ListQueueIndex + ` ON ` + JobsTable + ` (state, queue, id)`,
-				`CREATE INDEX IF NOT EXISTS ` + ListKindIndex + ` ON ` + JobsTable + ` (state, kind, id)`,
-				`CREATE INDEX IF NOT EXISTS ` + FailedJobIDIndex + ` ON ` + FailedJobsTable + ` (job_id)`,
-				`CREATE INDEX IF NOT EXISTS ` + FailedListQueueIndex + ` ON ` + FailedJobsTable + ` (queue, job_id)`,
-				`CREATE INDEX IF NOT EXISTS ` + FailedListKindIndex + ` ON ` + FailedJobsTable + ` (kind, job_id)`,
+			{
+				Version: 4,
+				Name:    "job output and job listing indexes",
+				Statements: []string{
+					`ALTER TABLE ` + n.Jobs + ` ADD COLUMN output BLOB NULL`,
+					`CREATE INDEX IF NOT EXISTS ` + n.Index(ListStateIndex) + ` ON ` + n.Jobs + ` (state, id)`,
+					`CREATE INDEX IF NOT EXISTS ` + n.Index(ListQueueIndex) + ` ON ` + n.Jobs + ` (state, queue, id)`,
+					`CREATE INDEX IF NOT EXISTS ` + n.Index(ListKindIndex) + ` ON ` + n.Jobs + ` (state, kind, id)`,
+					`CREATE INDEX IF NOT EXISTS ` + n.Index(FailedJobIDIndex) + ` ON ` + n.FailedJobs + ` (job_id)`,
+					`CREATE INDEX IF NOT EXISTS ` + n.Index(FailedListQueueIndex) + ` ON ` + n.FailedJobs + ` (queue, job_id)`,
+					`CREATE INDEX IF NOT EXISTS ` + n.Index(FailedListKindIndex) + ` ON ` + n.FailedJobs + ` (kind, job_id)`,
+				},
 			},
-		},
-		{
-			Version: 5,
-			Name:    "periodic jobs",
-			// As on MySQL: ticks are microseconds since the Unix epoch.
-			Statements: []string{
-				`CREATE TABLE IF NOT EXISTS ` + PeriodicTable + ` (
+			{
+				Version: 5,
+				Name:    "periodic jobs",
+				// As on MySQL: ticks are microseconds since the Unix epoch.
+				Statements: []string{
+					`CREATE TABLE IF NOT EXISTS ` + n.Periodic + ` (
 	name TEXT NOT NULL PRIMARY KEY,
 	schedule TEXT NOT NULL,
 	next_tick INTEGER NOT NULL,
 	last_tick INTEGER NULL,
 	updated_at DATETIME NOT NULL
 )`,
+				},
 			},
-		},
-		{
-			Version: 6,
-			Name:    "concurrency slots",
-			Statements: []string{
-				`CREATE TABLE IF NOT EXISTS ` + SlotsTable + ` (
+			{
+				Version: 6,
+				Name:    "concurrency slots",
+				Statements: []string{
+					`CREATE TABLE IF NOT EXISTS ` + n.Slots + ` (
 	queue TEXT NOT NULL,
 	kind INTEGER NOT NULL,
 	slot_key TEXT NOT NULL,
@@ -118,25 +122,26 @@ var SQLite = Schema{
 	held_until DATETIME NULL,
 	PRIMARY KEY (queue, kind, slot_key, slot)
 )`,
+				},
+			},
+			{
+				Version: 7,
+				Name:    "limit keys",
+				Statements: []string{
+					`ALTER TABLE ` + n.Jobs + ` ADD COLUMN limit_key TEXT NULL`,
+					`ALTER TABLE ` + n.FailedJobs + ` ADD COLUMN limit_key TEXT NULL`,
+				},
+			},
+			{
+				Version: 8,
+				Name:    "attempt errors",
+				// JSON as text, which json1's functions read and write.
+				Statements: []string{
+					`ALTER TABLE ` + n.Jobs + ` ADD COLUMN ` + AttemptErrorsColumn + ` TEXT NULL`,
+					`ALTER TABLE ` + n.FailedJobs + ` ADD COLUMN ` + AttemptErrorsColumn + ` TEXT NULL`,
+				},
 			},
 		},
-		{
-			Version: 7,
-			Name:    "limit keys",
-			Statements: []string{
-				`ALTER TABLE ` + JobsTable + ` ADD COLUMN limit_key TEXT NULL`,
-				`ALTER TABLE ` + FailedJobsTable + ` ADD COLUMN limit_key TEXT NULL`,
-			},
-		},
-		{
-			Version: 8,
-			Name:    "attempt errors",
-			// JSON as text, which json1's functions read and write.
-			Statements: []string{
-				`ALTER TABLE ` + JobsTable + ` ADD COLUMN ` + AttemptErrorsColumn + ` TEXT NULL`,
-				`ALTER TABLE ` + FailedJobsTable + ` ADD COLUMN ` + AttemptErrorsColumn + ` TEXT NULL`,
-			},
-		},
-	},
-	Rerun: " ON CONFLICT DO NOTHING",
+		Rerun: " ON CONFLICT DO NOTHING",
+	}
 }

@@ -23,7 +23,6 @@ import (
 	"github.com/bunqueue/bunqueue/internal/engine"
 	"github.com/bunqueue/bunqueue/internal/queuesql"
 	"github.com/bunqueue/bunqueue/internal/signal"
-	"github.com/bunqueue/bunqueue/internal/sqldialect"
 )
 
 // Op names the public call that pauses (PauseQueue) or resumes
@@ -38,10 +37,11 @@ func Op(paused bool) string {
 // Write pauses or resumes the queue named name for every process, through
 // db, with retry (a conflict, or SQLite's busy lock). Its errors name the
 // call (Op), and say to migrate if the queues table is missing.
-func Write(ctx context.Context, db bun.IDB, d sqldialect.Dialect, retry func(ctx context.Context, fn func() error) error, name string, paused bool) error {
-	set := queuesql.New(d).Pause
+func Write(ctx context.Context, db bun.IDB, qs queuesql.SQL, retry func(ctx context.Context, fn func() error) error, name string, paused bool) error {
+	d := qs.Dialect()
+	set := qs.Pause
 	if !paused {
-		set = queuesql.New(d).Resume
+		set = qs.Resume
 	}
 	err := retry(ctx, func() error { // a conflict, or SQLite's busy lock
 		return set(ctx, db, name)
@@ -49,7 +49,7 @@ func Write(ctx context.Context, db bun.IDB, d sqldialect.Dialect, retry func(ctx
 	if err != nil {
 		if d.MissingTable(err) {
 			return fmt.Errorf("bunqueue: %s(%q): the %s table is missing (run bunqueue.Migrate, or apply bunqueue.MigrationSQL): %w",
-				Op(paused), name, queuesql.Queues, err)
+				Op(paused), name, qs.Table(), err)
 		}
 		return fmt.Errorf("bunqueue: %s(%q): %w", Op(paused), name, d.Advise(err))
 	}
@@ -69,10 +69,10 @@ func Message(name string, paused bool) signal.Message {
 
 // Read returns the names of the paused queues, sorted; found is false,
 // with no error, if the queues table does not exist.
-func Read(ctx context.Context, db bun.IDB, d sqldialect.Dialect) (names []string, found bool, err error) {
-	names, err = queuesql.Paused(ctx, db)
+func Read(ctx context.Context, db bun.IDB, qs queuesql.SQL) (names []string, found bool, err error) {
+	names, err = qs.Paused(ctx, db)
 	switch {
-	case err != nil && d.MissingTable(err):
+	case err != nil && qs.Dialect().MissingTable(err):
 		return nil, false, nil
 	case err != nil:
 		return nil, true, err
@@ -88,6 +88,7 @@ type Flags struct {
 	queues map[string][]*engine.Queue
 	every  time.Duration // the shortest poll interval of the queues
 	log    *slog.Logger
+	sql    queuesql.SQL
 }
 
 // New gathers queues by name, and reads their flags once through db, so
@@ -95,8 +96,8 @@ type Flags struct {
 // Gate if it has none; a queue whose name pausable refuses cannot be
 // paused. A missing queues table turns pauses off, with a line in log,
 // which also receives each change (see Set).
-func New(ctx context.Context, db bun.IDB, d sqldialect.Dialect, log *slog.Logger, queues []*engine.Queue, pausable func(name string) bool) (*Flags, error) {
-	p := &Flags{queues: map[string][]*engine.Queue{}, log: log}
+func New(ctx context.Context, db bun.IDB, qs queuesql.SQL, log *slog.Logger, queues []*engine.Queue, pausable func(name string) bool) (*Flags, error) {
+	p := &Flags{queues: map[string][]*engine.Queue{}, log: log, sql: qs}
 	for _, q := range queues {
 		if q.Gate == nil {
 			q.Gate = engine.NewGate()
@@ -115,13 +116,13 @@ func New(ctx context.Context, db bun.IDB, d sqldialect.Dialect, log *slog.Logger
 	if len(p.names) == 0 {
 		return p, nil
 	}
-	paused, found, err := Read(ctx, db, d)
+	paused, found, err := Read(ctx, db, qs)
 	if err != nil {
 		return nil, fmt.Errorf("bunqueue: read the paused queues: %w", err)
 	}
 	p.on = found
 	if !p.on {
-		log.InfoContext(ctx, "bunqueue: PauseQueue is not seen by this client: the "+queuesql.Queues+
+		log.InfoContext(ctx, "bunqueue: PauseQueue is not seen by this client: the "+qs.Table()+
 			" table is missing (run bunqueue.Migrate, then start the client again)")
 	}
 	for _, name := range paused {
@@ -145,7 +146,7 @@ func (p *Flags) Every() time.Duration { return p.every }
 func (p *Flags) Columns(db bun.IDB) []*bun.SelectQuery {
 	cols := make([]*bun.SelectQuery, len(p.names))
 	for i, name := range p.names {
-		cols[i] = queuesql.PausedColumn(db, name)
+		cols[i] = p.sql.PausedColumn(db, name)
 	}
 	return cols
 }

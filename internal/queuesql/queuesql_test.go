@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/tables"
 )
 
 // A pause keeps the time of the first: MySQL's upsert and the others'
@@ -15,10 +16,10 @@ func TestPauseKeepsTheFirstPause(t *testing.T) {
 		want string
 	}{
 		{sqldialect.MySQL{}, " ON DUPLICATE KEY UPDATE paused_at = COALESCE(paused_at, "},
-		{sqldialect.Postgres{}, " ON CONFLICT (name) DO UPDATE SET paused_at = COALESCE(" + Queues + ".paused_at, excluded.paused_at)"},
-		{sqldialect.SQLite{}, " ON CONFLICT (name) DO UPDATE SET paused_at = COALESCE(" + Queues + ".paused_at, excluded.paused_at)"},
+		{sqldialect.Postgres{}, " ON CONFLICT (name) DO UPDATE SET paused_at = COALESCE(q.paused_at, excluded.paused_at)"},
+		{sqldialect.SQLite{}, " ON CONFLICT (name) DO UPDATE SET paused_at = COALESCE(q.paused_at, excluded.paused_at)"},
 	} {
-		if got := New(tc.d).pauseSQL(); !strings.Contains(got, tc.want) {
+		if got := New(tc.d, tables.Default).pauseSQL(); !strings.Contains(got, tc.want) {
 			t.Errorf("%T: %s\nwant it to contain %s", tc.d, got, tc.want)
 		}
 	}

@@ -25,20 +25,20 @@ const clusterLocks = "row locks are local to a node, so SKIP LOCKED on two nodes
 	"(a single-writer address in the proxy, such as one writer in ProxySQL's hostgroup or one active HAProxy backend, " +
 	"or one node's own address); wsrep_sync_wait does not help: it orders reads, not locks"
 
-// Server runs the dialect's CheckServer on db, and reads which servers
+// Server runs the dialect's CheckServer on db, with the probe table probe, and reads which servers
 // the pool reaches: it warns when the database is a node of a multi-primary
 // cluster (Galera, MySQL Group Replication in multi-primary mode), and
 // more strongly when the pool itself reaches several nodes, which strict
 // (Config.StrictClusterRouting) refuses before the probe. The probe's two
 // connections on two nodes do not see each other's locks: its failure on
 // such a pool says so.
-func Server(ctx context.Context, d sqldialect.Dialect, db *bun.DB, strict bool, log *slog.Logger) error {
+func Server(ctx context.Context, d sqldialect.Dialect, db *bun.DB, probe string, strict bool, log *slog.Logger) error {
 	cl, clErr := sqldialect.ClusterOf(ctx, d, db)
 	several := clErr == nil && len(cl.Nodes) > 1
 	if several && strict {
 		return fmt.Errorf("bunqueue: the connection pool reaches %s (Config.StrictClusterRouting refuses it): %s", clusterNodes(cl), clusterLocks)
 	}
-	if err := d.CheckServer(ctx, db); err != nil {
+	if err := d.CheckServer(ctx, db, probe); err != nil {
 		if several {
 			return fmt.Errorf("bunqueue: the connection pool reaches %s; the startup probe's two connections may have reached two of them, "+
 				"which do not see each other's row locks: %w; %s", clusterNodes(cl), err, clusterLocks)

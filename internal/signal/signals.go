@@ -8,7 +8,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunqueue/bunqueue/internal/engine"
-	"github.com/bunqueue/bunqueue/internal/migrate"
+	"github.com/bunqueue/bunqueue/internal/tables"
 )
 
 // Signals is a client's side of the signals: the channel, once known,
@@ -17,7 +17,10 @@ import (
 // use.
 type Signals struct {
 	Hub
-	out outbox // signals to send in the background (see SendLater)
+	// Tables are the client's tables, whose jobs table names the channel;
+	// the zero value stands for tables.Default.
+	Tables tables.Names
+	out    outbox // signals to send in the background (see SendLater)
 
 	mu      sync.Mutex
 	channel string // "" until resolved
@@ -34,11 +37,15 @@ func (s *Signals) Channel(ctx context.Context, db bun.IDB) (string, error) {
 	if ch != "" {
 		return ch, nil
 	}
-	schema, err := Schema(ctx, db, migrate.JobsTable)
+	t := s.Tables
+	if t.Jobs == "" {
+		t = tables.Default
+	}
+	schema, err := Schema(ctx, db, t.Jobs)
 	if err != nil {
 		return "", fmt.Errorf("bunqueue: read the schema of the notification channel: %w", err)
 	}
-	ch = Channel(schema, migrate.JobsTable)
+	ch = Channel(schema, t.Bare(tables.Jobs))
 	s.mu.Lock()
 	s.channel = ch
 	s.mu.Unlock()

@@ -27,12 +27,9 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"github.com/bunqueue/bunqueue/internal/migrate"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/tables"
 )
-
-// Slots is the slots table's name.
-const Slots = migrate.SlotsTable
 
 // Kind tells the limits of a queue apart: each has slots of its own.
 type Kind int
@@ -60,16 +57,22 @@ func (l Limit) where() (string, []any) {
 
 // CheckTable fails, through db, if the slots table is missing (a
 // dialect's MissingTable tells that error apart). It reads no row.
-func CheckTable(ctx context.Context, db bun.IDB) error {
+func (s SQL) CheckTable(ctx context.Context, db bun.IDB) error {
 	var n int
-	return db.NewRaw("SELECT COUNT(*) FROM "+Slots+" WHERE 1 = 0").Scan(ctx, &n)
+	return db.NewRaw("SELECT COUNT(*) FROM "+s.t.Slots+" WHERE 1 = 0").Scan(ctx, &n)
 }
 
 // SQL is the statements on the slots table of one kind of server.
-type SQL struct{ d sqldialect.Dialect }
+type SQL struct {
+	d sqldialect.Dialect
+	t tables.Names
+}
 
-// New returns the statements of d's server.
-func New(d sqldialect.Dialect) SQL { return SQL{d: d} }
+// New returns the statements of d's server on the slots table of t.
+func New(d sqldialect.Dialect, t tables.Names) SQL { return SQL{d: d, t: t} }
+
+// Table is the slots table's name.
+func (s SQL) Table() string { return s.t.Slots }
 
 // Ensure creates the slots 0 to n-1 of l that do not exist. Processes
 // that start together may insert the same slot: the one that comes second
@@ -77,7 +80,7 @@ func New(d sqldialect.Dialect) SQL { return SQL{d: d} }
 func (s SQL) Ensure(ctx context.Context, db bun.IDB, l Limit, n int) error {
 	where, args := l.where()
 	var have []int
-	if err := db.NewRaw("SELECT slot FROM "+Slots+" WHERE "+where+" AND slot < ?", append(args, n)...).Scan(ctx, &have); err != nil {
+	if err := db.NewRaw("SELECT slot FROM "+s.t.Slots+" WHERE "+where+" AND slot < ?", append(args, n)...).Scan(ctx, &have); err != nil {
 		return err
 	}
 	there := make(map[int]bool, len(have))
@@ -88,7 +91,7 @@ func (s SQL) Ensure(ctx context.Context, db bun.IDB, l Limit, n int) error {
 		if there[slot] {
 			continue
 		}
-		_, err := db.NewRaw("INSERT INTO "+Slots+" (queue, kind, slot_key, slot) VALUES (?, ?, ?, ?)"+s.d.SkipTakenKeys(),
+		_, err := db.NewRaw("INSERT INTO "+s.t.Slots+" (queue, kind, slot_key, slot) VALUES (?, ?, ?, ?)"+s.d.SkipTakenKeys(),
 			l.Queue, int(l.Kind), l.Key, slot).Exec(ctx)
 		if err != nil && !s.d.KeyTaken(err, "PRIMARY") {
 			return err
@@ -108,7 +111,7 @@ func (s SQL) EnsureKeys(ctx context.Context, db bun.IDB, queue string, kind Kind
 		Key  string `bun:"slot_key"`
 		Slot int    `bun:"slot"`
 	}
-	if err := db.NewRaw("SELECT slot_key, slot FROM "+Slots+" WHERE queue = ? AND kind = ? AND slot_key IN (?) AND slot < ?",
+	if err := db.NewRaw("SELECT slot_key, slot FROM "+s.t.Slots+" WHERE queue = ? AND kind = ? AND slot_key IN (?) AND slot < ?",
 		queue, int(kind), bun.List(keys), n).Scan(ctx, &have); err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return err
 	}
@@ -133,7 +136,7 @@ func (s SQL) EnsureKeys(ctx context.Context, db bun.IDB, queue string, kind Kind
 	if len(rows) == 0 {
 		return nil
 	}
-	_, err := db.NewRaw("INSERT INTO "+Slots+" (queue, kind, slot_key, slot) VALUES "+strings.Join(rows, ", ")+s.d.SkipTakenKeys(), args...).Exec(ctx)
+	_, err := db.NewRaw("INSERT INTO "+s.t.Slots+" (queue, kind, slot_key, slot) VALUES "+strings.Join(rows, ", ")+s.d.SkipTakenKeys(), args...).Exec(ctx)
 	if err != nil && s.d.KeyTaken(err, "PRIMARY") {
 		for _, key := range keys {
 			if err := s.Ensure(ctx, db, Limit{Queue: queue, Kind: kind, Key: key}, n); err != nil {
@@ -151,7 +154,7 @@ func (s SQL) EnsureKeys(ctx context.Context, db bun.IDB, queue string, kind Kind
 // statement for all of them. Each (key, slot) is one row of the primary
 // key, read by its value, with no ORDER BY to sort them (see Take).
 func (s SQL) TakeKeys(ctx context.Context, tx bun.IDB, queue string, kind Kind, keys []string, slot int) ([]string, error) {
-	query := "SELECT slot_key FROM " + Slots + " WHERE queue = ? AND kind = ? AND slot_key IN (?) AND slot = ? AND (held_until IS NULL OR held_until < " + s.d.Now() + ")"
+	query := "SELECT slot_key FROM " + s.t.Slots + " WHERE queue = ? AND kind = ? AND slot_key IN (?) AND slot = ? AND (held_until IS NULL OR held_until < " + s.d.Now() + ")"
 	if lock := s.d.SkipLocked(); lock != "" {
 		query += " FOR " + lock
 	}
@@ -172,7 +175,7 @@ func (s SQL) TakeKeys(ctx context.Context, tx bun.IDB, queue string, kind Kind, 
 // (a filesort, to its optimizer), skipped every row once one was locked.
 func (s SQL) Take(ctx context.Context, tx bun.IDB, l Limit, n, most int) ([]int, error) {
 	where, args := l.where()
-	query := "SELECT slot FROM " + Slots + " WHERE " + where + " AND slot < ? AND (held_until IS NULL OR held_until < " + s.d.Now() +
+	query := "SELECT slot FROM " + s.t.Slots + " WHERE " + where + " AND slot < ? AND (held_until IS NULL OR held_until < " + s.d.Now() +
 		") ORDER BY slot LIMIT ?"
 	if lock := s.d.SkipLocked(); lock != "" {
 		query += " FOR " + lock
@@ -189,7 +192,7 @@ func (s SQL) Take(ctx context.Context, tx bun.IDB, l Limit, n, most int) ([]int,
 // from now, by the database clock.
 func (s SQL) Hold(ctx context.Context, tx bun.IDB, l Limit, slots []int, token string, lease time.Duration) error {
 	where, args := l.where()
-	_, err := tx.NewRaw("UPDATE "+Slots+" SET holder = ?, held_until = "+s.d.NowPlus(lease)+" WHERE "+where+" AND slot IN (?)",
+	_, err := tx.NewRaw("UPDATE "+s.t.Slots+" SET holder = ?, held_until = "+s.d.NowPlus(lease)+" WHERE "+where+" AND slot IN (?)",
 		append(append([]any{token}, args...), bun.List(slots))...).Exec(ctx)
 	return err
 }
@@ -198,7 +201,7 @@ func (s SQL) Hold(ctx context.Context, tx bun.IDB, l Limit, slots []int, token s
 // now, and returns how many token still held.
 func (s SQL) Extend(ctx context.Context, db bun.IDB, l Limit, slots []int, token string, lease time.Duration) (int64, error) {
 	where, args := l.where()
-	r, err := db.NewRaw("UPDATE "+Slots+" SET held_until = "+s.d.NowPlus(lease)+" WHERE "+where+" AND slot IN (?) AND holder = ?",
+	r, err := db.NewRaw("UPDATE "+s.t.Slots+" SET held_until = "+s.d.NowPlus(lease)+" WHERE "+where+" AND slot IN (?) AND holder = ?",
 		append(args, bun.List(slots), token)...).Exec(ctx)
 	if err != nil {
 		return 0, err
@@ -209,7 +212,7 @@ func (s SQL) Extend(ctx context.Context, db bun.IDB, l Limit, slots []int, token
 // Free gives the slots of l back, those token still holds.
 func (s SQL) Free(ctx context.Context, db bun.IDB, l Limit, slots []int, token string) error {
 	where, args := l.where()
-	_, err := db.NewRaw("UPDATE "+Slots+" SET holder = NULL, held_until = NULL WHERE "+where+" AND slot IN (?) AND holder = ?",
+	_, err := db.NewRaw("UPDATE "+s.t.Slots+" SET holder = NULL, held_until = NULL WHERE "+where+" AND slot IN (?) AND holder = ?",
 		append(args, bun.List(slots), token)...).Exec(ctx)
 	return err
 }
@@ -227,7 +230,7 @@ func (s SQL) Settle(ctx context.Context, db bun.IDB, l Limit, token string, unti
 	}
 	held := slices.Sorted(maps.Keys(until))
 	var b strings.Builder
-	b.WriteString("UPDATE " + Slots + " SET holder = CASE WHEN slot IN (?) THEN holder ELSE NULL END, held_until = CASE slot")
+	b.WriteString("UPDATE " + s.t.Slots + " SET holder = CASE WHEN slot IN (?) THEN holder ELSE NULL END, held_until = CASE slot")
 	for _, slot := range held {
 		fmt.Fprintf(&b, " WHEN %d THEN %s", slot, s.d.NowPlus(until[slot]))
 	}
@@ -246,7 +249,7 @@ func (s SQL) NextFree(ctx context.Context, db bun.IDB, l Limit, n int) (time.Dur
 		Until *time.Time `bun:"until_"`
 		Now   time.Time  `bun:"now_"`
 	}
-	err := db.NewRaw("SELECT MIN(held_until) AS until_, "+s.d.Now()+" AS now_ FROM "+Slots+" WHERE "+where+" AND slot < ?",
+	err := db.NewRaw("SELECT MIN(held_until) AS until_, "+s.d.Now()+" AS now_ FROM "+s.t.Slots+" WHERE "+where+" AND slot < ?",
 		append(args, n)...).Scan(ctx, &row)
 	if err != nil || row.Until == nil {
 		return 0, err

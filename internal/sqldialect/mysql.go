@@ -15,9 +15,6 @@ import (
 // MySQL is the dialect of MySQL 8.0.1+ and MariaDB 10.6+.
 type MySQL struct{}
 
-// ProbeTable is the small table the startup probe locks rows of.
-const ProbeTable = "bunqueue_probe"
-
 // probeWait bounds how long the second connection may wait for its row;
 // probeTimeout bounds the whole probe, connections included.
 const (
@@ -56,21 +53,21 @@ func (d MySQL) Refused(err error) bool {
 	return true
 }
 
-// CheckServer implements Dialect. It creates ProbeTable if it is missing
+// CheckServer implements Dialect. It creates probe if it is missing
 // (only then: CREATE TABLE IF NOT EXISTS needs the CREATE privilege even
 // when the table exists).
-func (d MySQL) CheckServer(ctx context.Context, db *bun.DB) error {
+func (d MySQL) CheckServer(ctx context.Context, db *bun.DB, probe string) error {
 	var n int
-	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?", ProbeTable).Scan(&n); err != nil {
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?", probe).Scan(&n); err != nil {
 		return fmt.Errorf("bunqueue: startup probe: %w", err)
 	}
 	if n == 0 {
-		if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+ProbeTable+
+		if _, err := db.ExecContext(ctx, "CREATE TABLE IF NOT EXISTS "+probe+
 			" (id INT NOT NULL PRIMARY KEY) ENGINE=InnoDB"); err != nil {
-			return fmt.Errorf("bunqueue: create the startup probe table %s (the probe proves the server skips locked rows; grant CREATE, or create it once as an administrator: CREATE TABLE %s (id INT NOT NULL PRIMARY KEY) ENGINE=InnoDB): %w", ProbeTable, ProbeTable, err)
+			return fmt.Errorf("bunqueue: create the startup probe table %s (the probe proves the server skips locked rows; grant CREATE, or create it once as an administrator: CREATE TABLE %s (id INT NOT NULL PRIMARY KEY) ENGINE=InnoDB): %w", probe, probe, err)
 		}
 	}
-	return d.Probe(ctx, db, ProbeTable)
+	return d.Probe(ctx, db, probe)
 }
 
 // Probe locks row 1 of table (id INT primary key, rows 1 and 2 inserted

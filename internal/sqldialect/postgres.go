@@ -67,15 +67,15 @@ func sqlState(err error) string {
 	return ""
 }
 
-// CheckServer implements Dialect. It creates ProbeTable if it is missing
+// CheckServer implements Dialect. It creates probe if it is missing
 // (only then: CREATE TABLE IF NOT EXISTS needs the CREATE privilege on the
 // schema even when the table exists). The table is looked up in the
 // connection's search_path, as bun's unqualified names are, and created in
 // its first schema.
-func (d Postgres) CheckServer(ctx context.Context, db *bun.DB) error {
+func (d Postgres) CheckServer(ctx context.Context, db *bun.DB, probe string) error {
 	exists := func() (bool, error) {
 		var ok bool
-		err := db.QueryRowContext(ctx, "SELECT to_regclass(?) IS NOT NULL", ProbeTable).Scan(&ok)
+		err := db.QueryRowContext(ctx, "SELECT to_regclass(?) IS NOT NULL", probe).Scan(&ok)
 		return ok, err
 	}
 	ok, err := exists()
@@ -83,16 +83,16 @@ func (d Postgres) CheckServer(ctx context.Context, db *bun.DB) error {
 		return fmt.Errorf("bunqueue: startup probe: %w", err)
 	}
 	if !ok {
-		ddl := "CREATE TABLE IF NOT EXISTS " + ProbeTable + " (id INT NOT NULL PRIMARY KEY)"
+		ddl := "CREATE TABLE IF NOT EXISTS " + probe + " (id INT NOT NULL PRIMARY KEY)"
 		if _, err := db.ExecContext(ctx, ddl); err != nil {
 			// Two processes creating it at once: one of them fails with
 			// a unique violation of the catalog, and finds it made.
 			if ok, _ := exists(); !ok {
-				return fmt.Errorf("bunqueue: create the startup probe table %s (the probe proves the server skips locked rows; grant CREATE on the schema, or create it once as an administrator: CREATE TABLE %s (id INT NOT NULL PRIMARY KEY), and grant SELECT, INSERT, UPDATE on it): %w", ProbeTable, ProbeTable, err)
+				return fmt.Errorf("bunqueue: create the startup probe table %s (the probe proves the server skips locked rows; grant CREATE on the schema, or create it once as an administrator: CREATE TABLE %s (id INT NOT NULL PRIMARY KEY), and grant SELECT, INSERT, UPDATE on it): %w", probe, probe, err)
 			}
 		}
 	}
-	return d.Probe(ctx, db, ProbeTable)
+	return d.Probe(ctx, db, probe)
 }
 
 // Probe locks row 1 of table (id INT primary key, rows 1 and 2 inserted

@@ -42,8 +42,9 @@ type Dialect interface {
 	// process: after it, a prepared statement is dropped.
 	Refused(err error) bool
 	// CheckServer proves, with two connections, that the server skips
-	// locked rows instead of waiting for them or ignoring the clause.
-	CheckServer(ctx context.Context, db *bun.DB) error
+	// locked rows instead of waiting for them or ignoring the clause. It
+	// locks rows of probe, a two-row table it creates if it is missing.
+	CheckServer(ctx context.Context, db *bun.DB, probe string) error
 	// CheckTable checks that the table exists and that its storage engine
 	// takes row locks. schema may be empty for the connection's database.
 	CheckTable(ctx context.Context, db *bun.DB, schema, table string) error

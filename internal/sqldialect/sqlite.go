@@ -111,7 +111,7 @@ func (SQLite) Retryable(err error) bool {
 // between, whatever busy_timeout says. The last is proved with two
 // connections: while one holds a transaction begun by BeginTx, a second,
 // with its busy_timeout set to 0 for the moment, must fail to begin one.
-func (SQLite) CheckServer(ctx context.Context, db *bun.DB) error {
+func (SQLite) CheckServer(ctx context.Context, db *bun.DB, _ string) error {
 	var version string
 	if err := db.QueryRowContext(ctx, "SELECT sqlite_version()").Scan(&version); err != nil {
 		return fmt.Errorf("bunqueue: startup probe: %w", err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/bunqueue/bunqueue"
 	"github.com/bunqueue/bunqueue/internal/migrate"
+	"github.com/bunqueue/bunqueue/internal/tables"
 	"github.com/bunqueue/bunqueue/tests/dbtest"
 )
 
@@ -407,10 +408,10 @@ func TestMigrateMakesTextColumnsExact(t *testing.T) {
 		t.Run(charset, func(t *testing.T) {
 			t.Parallel()
 			db := openDSN(t, charsetDatabase(t, "bq_test_migexact", charset), 0)
-			v1, err := migrate.For(db)
+			v1, err := migrate.For(db, tables.Default)
 			require.NoError(t, err)
 			dbtest.Exec(t, db, v1.Versions)
-			dbtest.Exec(t, db, migrate.Migrations[0].Statements...)
+			dbtest.Exec(t, db, migrate.MySQL(tables.Default).Migrations[0].Statements...)
 			dbtest.Exec(t, db, "INSERT INTO bunqueue_migrations (version, name, applied_at) VALUES (1, 'jobs and failed jobs', UTC_TIMESTAMP(6))")
 			jobs := []struct{ queue, kind, key string }{{"Mail", "K", "Key"}, {"é", "ü", "é"}, {"sp ", "k ", "sp "}}
 			for _, j := range jobs {
@@ -420,15 +421,15 @@ VALUES ('%s', '%s', '{}', 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), '%s')`, j.queue
 VALUES (1, '%s', '%s', '{}', 0, 1, 1, '%s', 'e', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))`, j.queue, j.kind, j.key))
 			}
 
-			applied, err := migrate.Run(t.Context(), db)
+			applied, err := migrate.Run(t.Context(), db, tables.Default)
 			require.NoError(t, err)
 			var after1 []int // every version after the first
-			for _, m := range migrate.Migrations[1:] {
+			for _, m := range migrate.MySQL(tables.Default).Migrations[1:] {
 				after1 = append(after1, m.Version)
 			}
 			require.Equal(t, after1, applied)
 			require.Equal(t, allVersions(t, db), appliedVersions(t, db))
-			for _, table := range []string{migrate.JobsTable, migrate.FailedJobsTable} {
+			for _, table := range []string{tables.Default.Jobs, tables.Default.FailedJobs} {
 				for _, j := range jobs {
 					require.Equal(t, 1, count(t, db, "SELECT COUNT(*) FROM "+table+" WHERE queue = ? AND kind = ? AND unique_key = ?", j.queue, j.kind, j.key),
 						"%s keeps %+v byte for byte", table, j)
@@ -439,7 +440,7 @@ WHERE table_schema = DATABASE() AND table_name = ? AND column_name IN ('queue', 
 				require.Equal(t, []string{"kind varbinary(255)", "queue varbinary(128)", "unique_key varbinary(255)"}, types)
 			}
 			want, got := schemaOf(t, fresh), schemaOf(t, db)
-			for _, table := range []string{migrate.JobsTable, migrate.FailedJobsTable} {
+			for _, table := range []string{tables.Default.Jobs, tables.Default.FailedJobs} {
 				require.Equal(t, withoutCharset(want[table]), withoutCharset(got[table]), "the upgraded %s is the new one", table)
 			}
 

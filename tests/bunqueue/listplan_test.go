@@ -13,6 +13,7 @@ import (
 
 	"github.com/bunqueue/bunqueue"
 	"github.com/bunqueue/bunqueue/internal/migrate"
+	"github.com/bunqueue/bunqueue/internal/tables"
 	"github.com/bunqueue/bunqueue/tests/dbtest"
 )
 
@@ -92,20 +93,20 @@ func TestStartChecksJobListPlans(t *testing.T) {
 		analyze(t, db)
 		require.NoError(t, start(true, nil), "a small table may be planned otherwise; its indexes are there")
 
-		drop := "DROP INDEX " + migrate.ListQueueIndex
+		drop := "DROP INDEX " + tables.Default.Index(migrate.ListQueueIndex)
 		if srv.Name == "mysql" {
-			drop += " ON " + migrate.JobsTable
+			drop += " ON " + tables.Default.Jobs
 		}
 		dbtest.Exec(t, db, drop)
 		err := start(true, nil)
 		require.Error(t, err)
-		require.Contains(t, err.Error(), migrate.ListQueueIndex)
+		require.Contains(t, err.Error(), tables.Default.Index(migrate.ListQueueIndex))
 		require.Contains(t, err.Error(), "StrictQueryPlans")
 		t.Log(err)
 
 		var log syncBuffer
 		require.NoError(t, start(false, &log), "without StrictQueryPlans a missing listing index is a warning")
 		require.Contains(t, log.String(), "level=WARN")
-		require.Contains(t, log.String(), migrate.ListQueueIndex)
+		require.Contains(t, log.String(), tables.Default.Index(migrate.ListQueueIndex))
 	})
 }

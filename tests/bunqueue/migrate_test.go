@@ -15,6 +15,7 @@ import (
 
 	"github.com/bunqueue/bunqueue"
 	"github.com/bunqueue/bunqueue/internal/migrate"
+	"github.com/bunqueue/bunqueue/internal/tables"
 	"github.com/bunqueue/bunqueue/tests/dbtest"
 )
 
@@ -33,7 +34,7 @@ var autoIncrement = regexp.MustCompile(` AUTO_INCREMENT=\d+`)
 func schemaOf(t *testing.T, db *bun.DB) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	for _, table := range []string{migrate.JobsTable, migrate.FailedJobsTable, migrate.VersionsTable} {
+	for _, table := range []string{tables.Default.Jobs, tables.Default.FailedJobs, tables.Default.Migrations} {
 		if isPG(db) {
 			var cols, idxs []string
 			require.NoError(t, db.NewRaw(`SELECT column_name || ' ' || data_type || ' ' || is_nullable || ' ' || COALESCE(column_default, '') || ' ' || is_identity
@@ -64,7 +65,7 @@ func appliedVersions(t *testing.T, db *bun.DB) []versionRow {
 
 func allVersions(t *testing.T, db *bun.DB) []versionRow {
 	t.Helper()
-	s, err := migrate.For(db)
+	s, err := migrate.For(db, tables.Default)
 	require.NoError(t, err)
 	var out []versionRow
 	for _, m := range s.Migrations {
@@ -85,17 +86,17 @@ func TestMigrateIdempotent(t *testing.T) {
 	require.Equal(t, allVersions(t, db), appliedVersions(t, db))
 	first := schemaOf(t, db)
 	if isPG(db) {
-		require.Contains(t, first[migrate.JobsTable], "INDEX bunqueue_jobs_claim ON")
-		require.Contains(t, first[migrate.JobsTable], "(queue, state, priority, run_at, id)")
-		require.Contains(t, first[migrate.JobsTable], "UNIQUE INDEX bunqueue_jobs_unique_key ON")
+		require.Contains(t, first[tables.Default.Jobs], "INDEX bunqueue_jobs_claim ON")
+		require.Contains(t, first[tables.Default.Jobs], "(queue, state, priority, run_at, id)")
+		require.Contains(t, first[tables.Default.Jobs], "UNIQUE INDEX bunqueue_jobs_unique_key ON")
 	} else {
-		require.Contains(t, first[migrate.JobsTable], "KEY `bunqueue_jobs_claim` (`queue`,`state`,`priority`,`run_at`,`id`)")
-		require.Contains(t, first[migrate.JobsTable], "UNIQUE KEY `bunqueue_jobs_unique_key` (`unique_key`)")
-		require.Contains(t, first[migrate.JobsTable], "ENGINE=InnoDB")
+		require.Contains(t, first[tables.Default.Jobs], "KEY `bunqueue_jobs_claim` (`queue`,`state`,`priority`,`run_at`,`id`)")
+		require.Contains(t, first[tables.Default.Jobs], "UNIQUE KEY `bunqueue_jobs_unique_key` (`unique_key`)")
+		require.Contains(t, first[tables.Default.Jobs], "ENGINE=InnoDB")
 	}
 	dbtest.Exec(t, db, "INSERT INTO bunqueue_jobs (queue, kind, args, max_attempts, run_at, created_at) VALUES ('q', 'k', '{}', 1, "+nowSQL(db)+", "+nowSQL(db)+")")
 
-	applied, err := migrate.Run(t.Context(), db)
+	applied, err := migrate.Run(t.Context(), db, tables.Default)
 	require.NoError(t, err)
 	require.Empty(t, applied, "a second run applies nothing")
 	require.NoError(t, bunqueue.Migrate(t.Context(), db))
@@ -130,7 +131,7 @@ func TestMigrateConcurrent(t *testing.T) {
 					if via == "Migrate" {
 						errs[i] = bunqueue.Migrate(ctx, db)
 					} else {
-						applied[i], errs[i] = migrate.Run(ctx, db)
+						applied[i], errs[i] = migrate.Run(ctx, db, tables.Default)
 					}
 				}()
 			}
@@ -148,7 +149,7 @@ func TestMigrateConcurrent(t *testing.T) {
 					}
 				}
 				want := map[int]int{}
-				s, err := migrate.For(pools[0])
+				s, err := migrate.For(pools[0], tables.Default)
 				require.NoError(t, err)
 				for _, m := range s.Migrations {
 					want[m.Version] = 1
@@ -203,7 +204,7 @@ func TestMigrationSQL(t *testing.T) {
 	require.NotContains(t, script, "IGNORE", "no statement that turns errors into warnings")
 	require.True(t, strings.HasSuffix(script, ";\n"))
 	stmts := sqlStatements(script)
-	require.Len(t, stmts, 1+len(migrate.Migrations)+countStatements(), "the versions table, each migration's statements and its INSERT")
+	require.Len(t, stmts, 1+len(migrate.MySQL(tables.Default).Migrations)+countStatements(), "the versions table, each migration's statements and its INSERT")
 
 	bySQL := openDSN(t, scratchDatabase(t, "bq_test_migsql"), 0)
 	for range 2 {
@@ -213,7 +214,7 @@ func TestMigrationSQL(t *testing.T) {
 		}
 	}
 	require.Equal(t, allVersions(t, bySQL), appliedVersions(t, bySQL))
-	applied, err := migrate.Run(t.Context(), bySQL)
+	applied, err := migrate.Run(t.Context(), bySQL, tables.Default)
 	require.NoError(t, err)
 	require.Empty(t, applied, "Migrate finds every version applied")
 
@@ -237,7 +238,7 @@ func TestMigrationSQL(t *testing.T) {
 // countStatements is the number of schema statements over all migrations.
 func countStatements() int {
 	n := 0
-	for _, m := range migrate.Migrations {
+	for _, m := range migrate.MySQL(tables.Default).Migrations {
 		n += len(m.Statements)
 	}
 	return n

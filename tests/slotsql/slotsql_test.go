@@ -17,6 +17,7 @@ import (
 	"github.com/bunqueue/bunqueue"
 	"github.com/bunqueue/bunqueue/internal/slotsql"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/tables"
 	"github.com/bunqueue/bunqueue/tests/dbtest"
 )
 
@@ -56,9 +57,9 @@ func TestEnsureKeys(t *testing.T) {
 		ctx := t.Context()
 		queue := dbtest.Name("t_slots")
 		t.Cleanup(func() {
-			_, _ = db.NewRaw("DELETE FROM "+slotsql.Slots+" WHERE queue = ?", queue).Exec(context.Background())
+			_, _ = db.NewRaw("DELETE FROM "+tables.Default.Slots+" WHERE queue = ?", queue).Exec(context.Background())
 		})
-		s := slotsql.New(d)
+		s := slotsql.New(d, tables.Default)
 		require.NoError(t, s.Ensure(ctx, db, slotsql.Limit{Queue: queue, Key: "k:3"}, 2), "one key's slots first")
 		var wg sync.WaitGroup
 		errs := make([]error, 4)
@@ -70,7 +71,7 @@ func TestEnsureKeys(t *testing.T) {
 			require.NoError(t, err)
 		}
 		var n int
-		require.NoError(t, db.NewRaw("SELECT COUNT(*) FROM "+slotsql.Slots+" WHERE queue = ?", queue).Scan(ctx, &n))
+		require.NoError(t, db.NewRaw("SELECT COUNT(*) FROM "+tables.Default.Slots+" WHERE queue = ?", queue).Scan(ctx, &n))
 		require.Equal(t, 40, n, "two slots of each of 20 keys, once")
 	})
 }
@@ -83,14 +84,14 @@ func TestTakeKeys(t *testing.T) {
 		ctx := t.Context()
 		queue := dbtest.Name("t_slots")
 		t.Cleanup(func() {
-			_, _ = db.NewRaw("DELETE FROM "+slotsql.Slots+" WHERE queue = ?", queue).Exec(context.Background())
+			_, _ = db.NewRaw("DELETE FROM "+tables.Default.Slots+" WHERE queue = ?", queue).Exec(context.Background())
 		})
-		s := slotsql.New(d)
+		s := slotsql.New(d, tables.Default)
 		all := keys(30)
 		require.NoError(t, s.EnsureKeys(ctx, db, queue, slotsql.Concurrency, all, 2))
 		// Slot 0 of k:5 is held by a lease; slot 0 of k:7 and k:8 and slot
 		// 1 of k:9 are locked by another transaction.
-		_, err := db.NewRaw("UPDATE "+slotsql.Slots+" SET holder = 'x', held_until = "+d.NowPlus(60_000_000_000)+
+		_, err := db.NewRaw("UPDATE "+tables.Default.Slots+" SET holder = 'x', held_until = "+d.NowPlus(60_000_000_000)+
 			" WHERE queue = ? AND slot_key = 'k:5' AND slot = 0", queue).Exec(ctx)
 		require.NoError(t, err)
 		other, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})

@@ -14,6 +14,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/tables"
 	"github.com/bunqueue/bunqueue/tests/dbtest"
 )
 
@@ -86,11 +87,11 @@ func TestMySQLMissingColumn(t *testing.T) {
 func TestCheckServerPasses(t *testing.T) {
 	t.Parallel()
 	db := dbtest.OpenMySQL(t, 0)
-	require.NoError(t, sqldialect.MySQL{}.CheckServer(t.Context(), db))
+	require.NoError(t, sqldialect.MySQL{}.CheckServer(t.Context(), db, tables.Default.Probe))
 
 	var engine string
 	require.NoError(t, db.QueryRow("SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
-		sqldialect.ProbeTable).Scan(&engine))
+		tables.Default.Probe).Scan(&engine))
 	require.Equal(t, "InnoDB", engine)
 }
 
@@ -262,7 +263,7 @@ func TestRetryableOnRealServerErrors(t *testing.T) {
 func TestCheckServerWithoutCreatePrivilege(t *testing.T) {
 	t.Parallel()
 	root := dbtest.OpenMySQL(t, 0)
-	require.NoError(t, sqldialect.MySQL{}.CheckServer(t.Context(), root), "as an administrator: creates the probe table")
+	require.NoError(t, sqldialect.MySQL{}.CheckServer(t.Context(), root, tables.Default.Probe), "as an administrator: creates the probe table")
 
 	var database string
 	require.NoError(t, root.QueryRow("SELECT DATABASE()").Scan(&database))
@@ -281,6 +282,6 @@ func TestCheckServerWithoutCreatePrivilege(t *testing.T) {
 	app := bun.NewDB(sqldb, root.Dialect())
 	t.Cleanup(func() { _ = app.Close() })
 
-	require.NoError(t, sqldialect.MySQL{}.CheckServer(t.Context(), app),
+	require.NoError(t, sqldialect.MySQL{}.CheckServer(t.Context(), app, tables.Default.Probe),
 		"the probe table exists; a user without CREATE must pass")
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/tables"
 	"github.com/bunqueue/bunqueue/tests/dbtest"
 )
 
@@ -442,7 +443,7 @@ func TestPostgresCheckServer(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
 	for i := range errs {
-		wg.Go(func() { errs[i] = pg.CheckServer(t.Context(), db) })
+		wg.Go(func() { errs[i] = pg.CheckServer(t.Context(), db, tables.Default.Probe) })
 	}
 	wg.Wait()
 	for _, err := range errs {
@@ -450,10 +451,10 @@ func TestPostgresCheckServer(t *testing.T) {
 	}
 	require.GreaterOrEqual(t, db.Stats().OpenConnections, 2, "the probe must use two connections")
 	var n int
-	require.NoError(t, admin.QueryRow("SELECT COUNT(*) FROM "+schema+"."+sqldialect.ProbeTable).Scan(&n))
+	require.NoError(t, admin.QueryRow("SELECT COUNT(*) FROM "+schema+"."+tables.Default.Probe).Scan(&n))
 	require.Equal(t, 2, n, "the probe inserts rows 1 and 2")
-	require.NoError(t, pg.CheckServer(t.Context(), db), "again, on its table")
-	require.NoError(t, pg.CheckServer(t.Context(), pgOpen(t, 2)), "in the default schema")
+	require.NoError(t, pg.CheckServer(t.Context(), db, tables.Default.Probe), "again, on its table")
+	require.NoError(t, pg.CheckServer(t.Context(), pgOpen(t, 2), tables.Default.Probe), "in the default schema")
 }
 
 func TestPostgresProbe(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/bunqueue/bunqueue/internal/migrate"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/tables"
 	"github.com/bunqueue/bunqueue/tests/dbtest"
 )
 
@@ -70,15 +71,15 @@ func TestSQLiteFor(t *testing.T) {
 	q, err := sqldialect.Locking(db.NewSelect().Table("t").Column("id").Limit(1), d.SkipLocked()).AppendQuery(db.QueryGen(), nil)
 	require.NoError(t, err)
 	require.Equal(t, `SELECT "id" FROM "t" LIMIT 1`, string(q), "no lock clause, not even a dangling FOR")
-	s, err := migrate.For(db)
+	s, err := migrate.For(db, tables.Default)
 	require.NoError(t, err)
-	require.Equal(t, migrate.SQLite, s)
+	require.Equal(t, migrate.SQLite(tables.Default), s)
 }
 
 func TestSQLiteCheckServerPasses(t *testing.T) {
 	t.Parallel()
 	db := dbtest.OpenSQLite(t, 0)
-	require.NoError(t, sl.CheckServer(t.Context(), db))
+	require.NoError(t, sl.CheckServer(t.Context(), db, tables.Default.Probe))
 	require.GreaterOrEqual(t, db.Stats().OpenConnections, 2, "the probe uses two connections")
 	// The probe restored the busy timeout of the connection it lowered.
 	for range 4 {
@@ -86,7 +87,7 @@ func TestSQLiteCheckServerPasses(t *testing.T) {
 		require.NoError(t, db.QueryRow("PRAGMA busy_timeout").Scan(&ms))
 		require.Equal(t, 5000, ms)
 	}
-	require.NoError(t, sl.CheckServer(t.Context(), db), "again")
+	require.NoError(t, sl.CheckServer(t.Context(), db, tables.Default.Probe), "again")
 
 	// Several at once, from pools over one file, as processes that start
 	// together.
@@ -95,7 +96,7 @@ func TestSQLiteCheckServerPasses(t *testing.T) {
 	errs := make([]error, 4)
 	for i := range errs {
 		db := dbtest.OpenSQLiteFile(t, path, 0)
-		wg.Go(func() { errs[i] = sl.CheckServer(t.Context(), db) })
+		wg.Go(func() { errs[i] = sl.CheckServer(t.Context(), db, tables.Default.Probe) })
 	}
 	wg.Wait()
 	require.NoError(t, errors.Join(errs...))
@@ -113,7 +114,7 @@ func TestSQLiteCheckServerRefuses(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			db := slOpen(t, slFile(t), tt.params)
-			err := sl.CheckServer(t.Context(), db)
+			err := sl.CheckServer(t.Context(), db, tables.Default.Probe)
 			require.ErrorContains(t, err, tt.want)
 			require.ErrorContains(t, err, sqldialect.SQLiteDSN, "the error gives the DSN to use")
 		})
@@ -121,7 +122,7 @@ func TestSQLiteCheckServerRefuses(t *testing.T) {
 	t.Run("in memory", func(t *testing.T) {
 		t.Parallel()
 		db := dbtest.OpenSQLiteDSN(t, "file::memory:?_pragma=busy_timeout(5000)&_txlock=immediate", 0)
-		require.ErrorContains(t, sl.CheckServer(t.Context(), db), `journal mode "memory", not WAL`)
+		require.ErrorContains(t, sl.CheckServer(t.Context(), db, tables.Default.Probe), `journal mode "memory", not WAL`)
 	})
 }
 
@@ -380,7 +381,7 @@ func TestSQLiteMigrateConcurrently(t *testing.T) {
 	errs := make([]error, 4)
 	for i := range errs {
 		db := dbtest.OpenSQLiteFile(t, path, 0)
-		wg.Go(func() { applied[i], errs[i] = migrate.Run(t.Context(), db) })
+		wg.Go(func() { applied[i], errs[i] = migrate.Run(t.Context(), db, tables.Default) })
 	}
 	wg.Wait()
 	require.NoError(t, errors.Join(errs...))
@@ -389,19 +390,19 @@ func TestSQLiteMigrateConcurrently(t *testing.T) {
 		total = append(total, a...)
 	}
 	var versions []int
-	for _, m := range migrate.SQLite.Migrations {
+	for _, m := range migrate.SQLite(tables.Default).Migrations {
 		versions = append(versions, m.Version)
 	}
 	slices.Sort(total)
 	require.Equal(t, versions, total)
 	db := dbtest.OpenSQLiteFile(t, path, 0)
-	for _, table := range []string{migrate.JobsTable, migrate.FailedJobsTable} {
+	for _, table := range []string{tables.Default.Jobs, tables.Default.FailedJobs} {
 		require.NoError(t, sl.CheckTable(t.Context(), db, "", table))
 	}
 	var n int
-	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM "+migrate.VersionsTable).Scan(&n))
+	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM "+tables.Default.Migrations).Scan(&n))
 	require.Equal(t, len(versions), n)
-	again, err := migrate.Run(t.Context(), db)
+	again, err := migrate.Run(t.Context(), db, tables.Default)
 	require.NoError(t, err)
 	require.Empty(t, again)
 
