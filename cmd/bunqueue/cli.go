@@ -58,7 +58,7 @@ func writeJSON(w io.Writer, v any) error {
 // such as `failed retry ID...` or `job cancel ID...`.
 type idsCommand struct {
 	ids    []int64
-	dsn    string
+	db     dbFlags
 	asJSON bool
 }
 
@@ -69,10 +69,10 @@ type idsCommand struct {
 func parseIDsCommand(name, what, noun, list string, args []string, stderr io.Writer) (idsCommand, int) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dsnFlag := fs.String("dsn", "", dsnUsage)
+	dbf := addDBFlags(fs)
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: bunqueue %s [--dsn DSN] [--json] ID...\n\n%s\n\n", name, what)
+		fmt.Fprintf(stderr, "Usage: bunqueue %s [--dsn DSN] [--prefix P] [--schema S] [--json] ID...\n\n%s\n\n", name, what)
 		fs.PrintDefaults()
 	}
 	positional, code := parseWithArgs(fs, args)
@@ -88,5 +88,5 @@ func parseIDsCommand(name, what, noun, list string, args []string, stderr io.Wri
 	if !ok {
 		return idsCommand{}, exitUsage
 	}
-	return idsCommand{ids: ids, dsn: *dsnFlag, asJSON: *asJSON}, -1
+	return idsCommand{ids: ids, db: dbf, asJSON: *asJSON}, -1
 }

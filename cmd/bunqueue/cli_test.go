@@ -329,7 +329,7 @@ func TestCLI(t *testing.T) {
 // database of dsn.
 func testJobCommands(t *testing.T, bin, dsn string) {
 	ctx := t.Context()
-	d, err := connect(ctx, dsn)
+	d, err := connect(ctx, testDBFlags(dsn))
 	require.NoError(t, err)
 	t.Cleanup(d.close)
 	require.NoError(t, bunqueue.Migrate(ctx, d.db))
@@ -414,4 +414,11 @@ func testJobCommands(t *testing.T, bin, dsn string) {
 		require.Equal(t, exitUsage, code, "%v: %s", args, stderr)
 		require.NotEmpty(t, stderr, "%v", args)
 	}
+}
+
+// testDBFlags are the flags of a command given dsn, and bunqueue's default
+// tables.
+func testDBFlags(dsn string) dbFlags {
+	empty := ""
+	return dbFlags{dsn: &dsn, prefix: &empty, schema: &empty}
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/bunqueue/bunqueue"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/tables"
 )
 
 // connectTimeout bounds the first connection to the server.
@@ -38,6 +39,8 @@ type database struct {
 	postgres bool   // a PostgreSQL server, else MySQL or MariaDB
 	where    string // "database test at 127.0.0.1:3306 as root"
 	source   string // where the DSN came from
+	tables   bunqueue.Tables
+	names    tables.Names // of tables
 }
 
 // isPostgresDSN reports whether dsn names a PostgreSQL server: a
@@ -53,8 +56,8 @@ func isPostgresDSN(dsn string) bool {
 // server, whichever variable held it. Times are read as UTC whatever a
 // MySQL DSN says, as bunqueue needs. Its errors say which server it tried,
 // where its DSN came from and how to point the tool elsewhere.
-func connect(ctx context.Context, flagValue string) (*database, error) {
-	dsn, source := resolveDSN(flagValue, os.Getenv)
+func connect(ctx context.Context, f dbFlags) (*database, error) {
+	dsn, source := resolveDSN(*f.dsn, os.Getenv)
 	var (
 		d     *database
 		sqldb *sql.DB
@@ -66,6 +69,10 @@ func connect(ctx context.Context, flagValue string) (*database, error) {
 		d, sqldb, err = openMySQL(dsn, source)
 	}
 	if err != nil {
+		return nil, err
+	}
+	if d.tables, d.names, err = f.tables(d.postgres); err != nil {
+		_ = sqldb.Close()
 		return nil, err
 	}
 	sqldb.SetMaxOpenConns(4)

@@ -8,6 +8,7 @@ import (
 	"github.com/bunqueue/bunqueue"
 	"github.com/bunqueue/bunqueue/internal/migrate"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/tables"
 	"github.com/bunqueue/bunqueue/tests/dbtest"
 )
 
@@ -40,7 +41,7 @@ func TestDSNVariables(t *testing.T) {
 	bin := buildBinary(t)
 	const deadMySQL = "root@tcp(127.0.0.1:1)/test"
 	const deadPG = "postgres://postgres@127.0.0.1:1/test?sslmode=disable"
-	pgSQL := migrate.Postgres.SQL(sqldialect.Postgres{}, "PostgreSQL 12+")
+	pgSQL := migrate.Postgres(tables.Default).SQL(sqldialect.Postgres{}, "PostgreSQL 12+")
 
 	t.Run("the server comes from the DSN", func(t *testing.T) {
 		for _, tc := range []struct {

@@ -104,12 +104,12 @@ func runFailed(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // failedClient opens the database and a client over it that knows the
 // jobs queues named (RetryFailed puts a job back only into a queue its
 // client knows).
-func failedClient(ctx context.Context, dsnFlag string, stderr io.Writer, queues ...string) (*database, *bunqueue.Client, error) {
-	d, err := connect(ctx, dsnFlag)
+func failedClient(ctx context.Context, dbf dbFlags, stderr io.Writer, queues ...string) (*database, *bunqueue.Client, error) {
+	d, err := connect(ctx, dbf)
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := &bunqueue.Config{Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+	cfg := &bunqueue.Config{Tables: d.tables, Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	if len(queues) > 0 {
 		cfg.JobQueues = map[string]bunqueue.JobQueueConfig{}
 		for _, q := range queues {
@@ -127,14 +127,14 @@ func failedClient(ctx context.Context, dsnFlag string, stderr io.Writer, queues 
 func runFailedList(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("failed list", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dsnFlag := fs.String("dsn", "", dsnUsage)
+	dbf := addDBFlags(fs)
 	asJSON := fs.Bool("json", false, "print the failed jobs, with payloads and errors, as JSON")
 	queue := fs.String("queue", "", "only failed jobs of this queue")
 	kind := fs.String("kind", "", "only failed jobs of this kind")
 	before := fs.Int64("before", 0, "only failed jobs whose id is below this one: the next page after a page that ended with it")
 	limit := fs.Int("limit", 20, "the most failed jobs listed, 1 to 1000")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: bunqueue failed list [--dsn DSN] [--json] [--queue NAME] [--kind KIND] [--before ID] [--limit N]")
+		fmt.Fprintln(stderr, "Usage: bunqueue failed list [--dsn DSN] [--prefix P] [--schema S] [--json] [--queue NAME] [--kind KIND] [--before ID] [--limit N]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Lists failed jobs, newest first: id, queue, kind, attempts, when, and the first")
 		fmt.Fprintln(stderr, "line of the error. `bunqueue failed show ID` prints one in full.")
@@ -148,7 +148,7 @@ func runFailedList(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintln(stderr, "failed list: --limit must be within 1..1000 and --before must not be negative")
 		return exitUsage
 	}
-	d, c, err := failedClient(ctx, *dsnFlag, stderr)
+	d, c, err := failedClient(ctx, dbf, stderr)
 	if err != nil {
 		return fail(stderr, "failed list", err)
 	}
@@ -227,7 +227,7 @@ func runFailedIDs(ctx context.Context, action string, args []string, stdout, std
 		return code
 	}
 	ids, asJSON := cmd.ids, &cmd.asJSON
-	d, c, err := failedClient(ctx, cmd.dsn, stderr)
+	d, c, err := failedClient(ctx, cmd.db, stderr)
 	if err != nil {
 		return fail(stderr, name, err)
 	}

@@ -74,7 +74,7 @@ func TestGlobalFlagsBeforeTheCommand(t *testing.T) {
 			{[]string{"--json", "job", "frob"}, []string{`unknown subcommand "frob"`}, exitUsage},
 			{[]string{"--dsn", dsn, "stats", "--nosuchflag"}, []string{"flag provided but not defined: -nosuchflag"}, exitUsage},
 			{[]string{"--dsn", dsn, "stats", "extra"}, []string{`unexpected argument "extra"`}, exitUsage},
-			{[]string{"--dsn", dsn, "--help"}, []string{"Usage: bunqueue [--dsn DSN] [--json] <command>"}, exitOK},
+			{[]string{"--dsn", dsn, "--help"}, []string{"Usage: bunqueue [--dsn DSN] [--prefix P] [--schema S] [--json] <command>"}, exitOK},
 			{[]string{"--json", "failed", "--help"}, []string{"Usage: bunqueue failed"}, exitOK},
 		} {
 			stdout, stderr, code := runCLI(t, tc.args...)

@@ -81,7 +81,9 @@ func TestHelpAndDocsAgree(t *testing.T) {
 	require.NoError(t, err)
 	for what, text := range map[string]string{"help": out, "package doc": packageDoc(t), "docs/cli.md": string(docs)} {
 		flat := strings.Join(strings.Fields(text), " ")
-		require.Contains(t, flat, "bunqueue [--dsn DSN] [--json] <command> [flags]", "%s: the usage line", what)
+		require.Contains(t, flat, "bunqueue [--dsn DSN] [--prefix P] [--schema S] [--json] <command> [flags]", "%s: the usage line", what)
+		require.Contains(t, flat, "tables are, by default, "+tablesList()+".", "%s: the tables, as bunqueue.Tables lists them", what)
+		require.Regexp(t, "--prefix`? \\(else `?\\$BUNQUEUE_TABLE_PREFIX`?\\) and `?--schema`? \\(else `?\\$BUNQUEUE_TABLE_SCHEMA", flat, "%s: the tables' flags", what)
 		require.Contains(t, flat, "before or after the command", "%s: where --dsn and --json go", what)
 		require.Regexp(t, `--dsn.*BUNQUEUE_DSN.*older names.*BUNQUEUE_MYSQL_DSN.*then.*BUNQUEUE_PG_DSN`, flat,
 			"%s: the DSN's sources, in the order they are read", what)

@@ -103,7 +103,7 @@ func jobUsage(w io.Writer) {
 	fmt.Fprintln(w, "  delete   delete jobs for good, waiting, completed or failed: delete ID...")
 	fmt.Fprintln(w, "  run-now  make scheduled or retrying jobs due now: run-now ID...")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "An ID is the job's id in bunqueue_jobs (a failed job keeps it as its job id). Each")
+	fmt.Fprintln(w, "An ID is the job's id in the jobs table (a failed job keeps it as its job id). Each")
 	fmt.Fprintln(w, "takes --dsn (a MySQL or MariaDB DSN, or a postgres:// URL for PostgreSQL) and --json.")
 	fmt.Fprintf(w, "An id that is no job's makes the command exit with %d, after it has dealt with the\n", exitNotFound)
 	fmt.Fprintln(w, "others; a job that runs in lock mode, or has finished, is an error (exit 1).")
@@ -130,14 +130,15 @@ func runJob(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // jobListFlags are the flags of job list.
 type jobListFlags struct {
-	dsn, queue, kind, states, from, before, search, cursor *string
-	limit                                                  *int
-	asJSON                                                 *bool
+	db                                                dbFlags
+	queue, kind, states, from, before, search, cursor *string
+	limit                                             *int
+	asJSON                                            *bool
 }
 
 func newJobListFlags(fs *flag.FlagSet) jobListFlags {
 	return jobListFlags{
-		dsn:    fs.String("dsn", "", dsnUsage),
+		db:     addDBFlags(fs),
 		asJSON: fs.Bool("json", false, "print the jobs, with payloads and outputs, as JSON"),
 		queue:  fs.String("queue", "", "only jobs of this queue"),
 		kind:   fs.String("kind", "", "only jobs of this kind"),
@@ -180,7 +181,7 @@ func runJobList(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.SetOutput(stderr)
 	flags := newJobListFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: bunqueue job list [--dsn DSN] [--json] [--queue NAME] [--kind KIND] [--state S,...]")
+		fmt.Fprintln(stderr, "Usage: bunqueue job list [--dsn DSN] [--prefix P] [--schema S] [--json] [--queue NAME] [--kind KIND] [--state S,...]")
 		fmt.Fprintln(stderr, "                         [--from TIME] [--before TIME] [--search TEXT] [--cursor C] [--limit N]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Lists jobs, newest first, from the jobs table and the failed jobs: id, queue, kind,")
@@ -197,7 +198,7 @@ func runJobList(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "job list: %v\n", err)
 		return exitUsage
 	}
-	d, c, err := failedClient(ctx, *flags.dsn, stderr)
+	d, c, err := failedClient(ctx, flags.db, stderr)
 	if err != nil {
 		return fail(stderr, "job list", err)
 	}
@@ -262,7 +263,7 @@ func runJobIDs(ctx context.Context, action string, args []string, stdout, stderr
 	if code >= 0 {
 		return code
 	}
-	d, c, err := failedClient(ctx, cmd.dsn, stderr)
+	d, c, err := failedClient(ctx, cmd.db, stderr)
 	if err != nil {
 		return fail(stderr, name, err)
 	}

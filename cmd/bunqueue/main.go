@@ -2,21 +2,27 @@
 //
 // Usage:
 //
-//	bunqueue [--dsn DSN] [--json] <command> [flags]
+//	bunqueue [--dsn DSN] [--prefix P] [--schema S] [--json] <command> [flags]
 //
 // Commands:
 //
-//	migrate  create or upgrade bunqueue's tables (bunqueue_jobs, bunqueue_failed_jobs, bunqueue_queues)
+//	migrate  create or upgrade bunqueue's tables (see migrate -h)
 //	stats    count the jobs of the jobs table per queue and kind: waiting, scheduled, failed
 //	failed   list, show, retry or delete failed jobs
 //	queue    list, pause or resume queues, for every process
 //	job      get, list, cancel, delete or run jobs now, in any state
 //	help     print this help
 //
-// Run "bunqueue <command> -h" for the flags of a command. --dsn and
-// --json, which every command takes, go before or after the command (after
-// it, they win); the command's other flags go after it. --json prints the
-// result as JSON.
+// Run "bunqueue <command> -h" for the flags of a command. --dsn, --prefix,
+// --schema and --json, which every command takes, go before or after the
+// command (after it, they win); the command's other flags go after it.
+// --json prints the result as JSON.
+//
+// bunqueue's tables are, by default, bunqueue_jobs, bunqueue_failed_jobs,
+// bunqueue_queues, bunqueue_periodic, bunqueue_slots, bunqueue_migrations.
+// An app whose Config.Tables gives them a prefix or a PostgreSQL schema is
+// reached with the same --prefix (else $BUNQUEUE_TABLE_PREFIX) and
+// --schema (else $BUNQUEUE_TABLE_SCHEMA).
 //
 // The DSN comes from --dsn, else BUNQUEUE_DSN, else the older names
 // BUNQUEUE_MYSQL_DSN, then BUNQUEUE_PG_DSN, else
@@ -74,7 +80,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"migrate", "create or upgrade bunqueue's tables (bunqueue_jobs, bunqueue_failed_jobs, bunqueue_queues)", runMigrate, false},
+		{"migrate", "create or upgrade bunqueue's tables (see migrate -h)", runMigrate, false},
 		{"stats", "count the jobs of the jobs table per queue and kind: waiting, scheduled, failed", runStats, false},
 		{"failed", "list, show, retry or delete failed jobs", runFailed, true},
 		{"queue", "list, pause or resume queues, for every process", runQueue, true},
@@ -122,22 +128,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitUsage
 }
 
-// moveGlobalFlags parses the flags before the command, --dsn and --json
-// (every command takes them), and moves them after the command's name
+// moveGlobalFlags parses the flags before the command, --dsn, --prefix,
+// --schema and --json (every command takes them), and moves them after the command's name
 // (and its subcommand's, as in `failed list`), where the command parses
 // them before its own flags: a flag given after the command wins. It
 // returns the exit code to stop with, or -1 to go on.
 func moveGlobalFlags(args []string, stdout, stderr io.Writer) ([]string, int) {
 	fs := flag.NewFlagSet("bunqueue", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // the errors are said below
-	fs.String("dsn", "", dsnUsage)
+	addDBFlags(fs)
 	fs.Bool("json", false, "print the result as JSON")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			usage(stdout)
 			return nil, exitOK
 		}
-		fmt.Fprintf(stderr, "bunqueue: %v (before the command, only --dsn and --json; the command's other flags go after it)\n\n", err)
+		fmt.Fprintf(stderr, "bunqueue: %v (before the command, only --dsn, --prefix, --schema and --json; the command's other flags go after it)\n\n", err)
 		usage(stderr)
 		return nil, exitUsage
 	}
@@ -162,7 +168,7 @@ func moveGlobalFlags(args []string, stdout, stderr io.Writer) ([]string, int) {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintln(w, "Usage: bunqueue [--dsn DSN] [--json] <command> [flags]")
+	fmt.Fprintln(w, "Usage: bunqueue [--dsn DSN] [--prefix P] [--schema S] [--json] <command> [flags]")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Commands:")
 	for _, c := range commands() {
@@ -170,9 +176,14 @@ func usage(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  %-8s %s\n", "help", "print this help")
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, `Run "bunqueue <command> -h" for the flags of a command. --dsn and --json, which`)
-	fmt.Fprintln(w, "every command takes, go before or after the command (after it, they win); the")
-	fmt.Fprintln(w, "command's other flags go after it. --json prints the result as JSON.")
+	fmt.Fprintln(w, `Run "bunqueue <command> -h" for the flags of a command. --dsn, --prefix, --schema`)
+	fmt.Fprintln(w, "and --json, which every command takes, go before or after the command (after it,")
+	fmt.Fprintln(w, "they win); the command's other flags go after it. --json prints the result as")
+	fmt.Fprintln(w, "JSON.")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "bunqueue's tables are, by default, "+tablesList()+".")
+	fmt.Fprintln(w, "An app whose Config.Tables gives them a prefix or a PostgreSQL schema is reached")
+	fmt.Fprintln(w, "with the same --prefix (else $"+prefixVariable+") and --schema (else $"+schemaVariable+").")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "The DSN comes from --dsn, else BUNQUEUE_DSN, else the older names")
 	fmt.Fprintln(w, "BUNQUEUE_MYSQL_DSN, then BUNQUEUE_PG_DSN, else")

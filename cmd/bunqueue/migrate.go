@@ -8,9 +8,9 @@ import (
 	"io"
 	"os"
 
-	"github.com/bunqueue/bunqueue"
 	"github.com/bunqueue/bunqueue/internal/migrate"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/tables"
 )
 
 // migrateReport is what migrate --json prints.
@@ -24,16 +24,18 @@ type migrateReport struct {
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dsnFlag := fs.String("dsn", "", dsnUsage)
+	dbf := addDBFlags(fs)
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	printSQL := fs.Bool("sql", false, "print the SQL instead of running it (no connection is made), for your own migration tool:\n"+
 		"PostgreSQL's for a postgres:// DSN, else MySQL's and MariaDB's")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: bunqueue migrate [--dsn DSN] [--json] [--sql]")
+		fmt.Fprintln(stderr, "Usage: bunqueue migrate [--dsn DSN] [--prefix P] [--schema S] [--json] [--sql]")
 		fmt.Fprintln(stderr)
-		fmt.Fprintln(stderr, "Creates or upgrades the jobs tables (bunqueue_jobs, bunqueue_failed_jobs) and")
-		fmt.Fprintln(stderr, "records the schema version in bunqueue_migrations, as bunqueue.Migrate does.")
-		fmt.Fprintln(stderr, "Idempotent, and safe to run from several processes at once.")
+		fmt.Fprintln(stderr, "Creates or upgrades bunqueue's tables, as bunqueue.Migrate does: by default")
+		fmt.Fprintln(stderr, tablesList()+";")
+		fmt.Fprintln(stderr, "with --prefix, the same names with the prefix in place of bunqueue_, and with")
+		fmt.Fprintln(stderr, "--schema in that PostgreSQL schema. Idempotent, and safe to run from several")
+		fmt.Fprintln(stderr, "processes at once.")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
@@ -41,11 +43,16 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return code
 	}
 	if *printSQL {
-		dsn, _ := resolveDSN(*dsnFlag, os.Getenv)
-		fmt.Fprint(stdout, schemaSQL(dsn))
+		dsn, _ := resolveDSN(*dbf.dsn, os.Getenv)
+		_, names, err := dbf.tables(isPostgresDSN(dsn))
+		if err != nil {
+			fmt.Fprintf(stderr, "migrate: %v\n", err)
+			return exitUsage
+		}
+		fmt.Fprint(stdout, schemaSQL(dsn, names))
 		return exitOK
 	}
-	d, err := connect(ctx, *dsnFlag)
+	d, err := connect(ctx, dbf)
 	if err != nil {
 		return fail(stderr, "migrate", err)
 	}
@@ -54,7 +61,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err != nil {
 		return fail(stderr, "migrate", err)
 	}
-	if err := bunqueue.Migrate(ctx, d.db); err != nil {
+	if err := d.tables.Migrate(ctx, d.db); err != nil {
 		return fail(stderr, "migrate", fmt.Errorf("%s: %w", d.where, err))
 	}
 	after, err := schemaVersion(ctx, d)
@@ -69,18 +76,18 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return exitOK
 	}
 	if rep.Applied {
-		fmt.Fprintf(stdout, "migrated the jobs tables in %s from schema version %d to %d\n", d.where, before, after)
+		fmt.Fprintf(stdout, "migrated the jobs tables (%s) in %s from schema version %d to %d\n", d.tables, d.where, before, after)
 	} else {
-		fmt.Fprintf(stdout, "the jobs tables in %s are up to date (schema version %d)\n", d.where, after)
+		fmt.Fprintf(stdout, "the jobs tables (%s) in %s are up to date (schema version %d)\n", d.tables, d.where, after)
 	}
 	return exitOK
 }
 
-// schemaVersion returns the newest schema version recorded in
-// bunqueue_migrations, 0 if none or if the table does not exist.
+// schemaVersion returns the newest schema version recorded in the
+// migrations table, 0 if none or if the table does not exist.
 func schemaVersion(ctx context.Context, d *database) (int, error) {
 	var v sql.NullInt64
-	err := d.db.NewRaw("SELECT MAX(version) FROM bunqueue_migrations").Scan(ctx, &v)
+	err := d.db.NewRaw("SELECT MAX(version) FROM "+d.names.Migrations).Scan(ctx, &v)
 	switch {
 	case d.dialect.MissingTable(err):
 		return 0, nil
@@ -94,9 +101,9 @@ func schemaVersion(ctx context.Context, d *database) (int, error) {
 // names, without connecting to it or checking the rest of the DSN:
 // PostgreSQL's for a postgres:// URL, else MySQL's and MariaDB's (what
 // bunqueue.MigrationSQL returns).
-func schemaSQL(dsn string) string {
+func schemaSQL(dsn string, n tables.Names) string {
 	if isPostgresDSN(dsn) {
-		return migrate.Postgres.SQL(sqldialect.Postgres{}, "PostgreSQL 12+")
+		return migrate.Postgres(n).SQL(sqldialect.Postgres{}, "PostgreSQL 12+")
 	}
-	return bunqueue.MigrationSQL()
+	return migrate.SQL(n)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/bunqueue/bunqueue"
 	"github.com/bunqueue/bunqueue/internal/migrate"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/tables"
 	"github.com/bunqueue/bunqueue/tests/dbtest"
 )
 
@@ -73,7 +74,7 @@ func TestPostgres(t *testing.T) {
 	admin := dbtest.OpenPG(t, 2)
 	bin := buildBinary(t)
 	ctx := t.Context()
-	pgSQL := migrate.Postgres.SQL(sqldialect.Postgres{}, "PostgreSQL 12+")
+	pgSQL := migrate.Postgres(tables.Default).SQL(sqldialect.Postgres{}, "PostgreSQL 12+")
 
 	t.Run("migrate --sql prints the PostgreSQL schema without connecting", func(t *testing.T) {
 		dead := pgDSN(t, func(u *url.URL) { u.Host = "127.0.0.1:1" })

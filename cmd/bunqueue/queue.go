@@ -14,7 +14,7 @@ type queueResult struct {
 }
 
 func queueUsage(w io.Writer) {
-	fmt.Fprintln(w, "Usage: bunqueue queue <list|pause|resume> [--dsn DSN] [--json] [NAME]")
+	fmt.Fprintln(w, "Usage: bunqueue queue <list|pause|resume> [--dsn DSN] [--prefix P] [--schema S] [--json] [NAME]")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "  list    list the paused queues")
 	fmt.Fprintln(w, "  pause   pause the queue NAME in every process: within a poll interval no client")
@@ -22,7 +22,9 @@ func queueUsage(w io.Writer) {
 	fmt.Fprintln(w, "  resume  resume it: the clients that run it hand its rows out again")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "NAME is a table queue's or a jobs queue's name. The flag is kept in the")
-	fmt.Fprintln(w, "bunqueue_queues table (bunqueue migrate creates it). Each takes --dsn (a MySQL or\nMariaDB DSN, or a postgres:// URL for PostgreSQL) and --json.")
+	fmt.Fprintln(w, "queues table (bunqueue_queues, or that of --prefix and --schema; bunqueue migrate")
+	fmt.Fprintln(w, "creates it). Each takes --dsn (a MySQL or MariaDB DSN, or a postgres:// URL for")
+	fmt.Fprintln(w, "PostgreSQL), --prefix, --schema and --json.")
 }
 
 func runQueue(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -48,10 +50,10 @@ func runQueueSet(ctx context.Context, sub string, args []string, stdout, stderr 
 	name := "queue " + sub
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dsnFlag := fs.String("dsn", "", dsnUsage)
+	dbf := addDBFlags(fs)
 	asJSON := fs.Bool("json", false, "print the queue and its state as JSON")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: bunqueue %s [--dsn DSN] [--json] NAME\n\n", name)
+		fmt.Fprintf(stderr, "Usage: bunqueue %s [--dsn DSN] [--prefix P] [--schema S] [--json] NAME\n\n", name)
 		fs.PrintDefaults()
 	}
 	rest, code := parseWithArgs(fs, args)
@@ -64,7 +66,7 @@ func runQueueSet(ctx context.Context, sub string, args []string, stdout, stderr 
 		return exitUsage
 	}
 	queue := rest[0]
-	d, c, err := failedClient(ctx, *dsnFlag, stderr)
+	d, c, err := failedClient(ctx, dbf, stderr)
 	if err != nil {
 		return fail(stderr, name, err)
 	}
@@ -91,10 +93,10 @@ func runQueueSet(ctx context.Context, sub string, args []string, stdout, stderr 
 func runQueueList(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("queue list", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dsnFlag := fs.String("dsn", "", dsnUsage)
+	dbf := addDBFlags(fs)
 	asJSON := fs.Bool("json", false, "print the paused queues as JSON")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: bunqueue queue list [--dsn DSN] [--json]")
+		fmt.Fprintln(stderr, "Usage: bunqueue queue list [--dsn DSN] [--prefix P] [--schema S] [--json]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Lists the paused queues (a queue that is not listed runs).")
 		fmt.Fprintln(stderr)
@@ -103,7 +105,7 @@ func runQueueList(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
-	d, c, err := failedClient(ctx, *dsnFlag, stderr)
+	d, c, err := failedClient(ctx, dbf, stderr)
 	if err != nil {
 		return fail(stderr, "queue list", err)
 	}

@@ -57,12 +57,12 @@ type statsReport struct {
 func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dsnFlag := fs.String("dsn", "", dsnUsage)
+	dbf := addDBFlags(fs)
 	asJSON := fs.Bool("json", false, "print the counts as JSON")
 	queue := fs.String("queue", "", "show only this queue")
 	limit := fs.Int("limit", bunqueue.QueueDepthLimit, "count at most this many waiting and scheduled jobs per queue, and failed jobs per queue and kind,\nso that it stays cheap on a large table (a count that reaches it is shown as N+)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: bunqueue stats [--dsn DSN] [--json] [--queue NAME] [--limit N]")
+		fmt.Fprintln(stderr, "Usage: bunqueue stats [--dsn DSN] [--prefix P] [--schema S] [--json] [--queue NAME] [--limit N]")
 		fmt.Fprintln(stderr)
 		fmt.Fprintln(stderr, "Counts the jobs of the jobs table per queue and per kind: waiting (due now,")
 		fmt.Fprintln(stderr, "running lock-mode jobs included), scheduled (due later: delayed, backing off")
@@ -79,7 +79,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "stats: --limit must be positive")
 		return exitUsage
 	}
-	d, err := connect(ctx, *dsnFlag)
+	d, err := connect(ctx, dbf)
 	if err != nil {
 		return fail(stderr, "stats", err)
 	}
@@ -101,7 +101,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 // collectStats counts the jobs of every queue (or of the one named),
 // each count capped at limit, with reads that an index serves.
 func collectStats(ctx context.Context, d *database, only string, limit int) (*statsReport, error) {
-	db, jobs := d.db, jobsql.New(d.dialect)
+	db, jobs := d.db, jobsql.New(d.dialect, d.names)
 	byQueue := map[string]*queueStats{}
 	kindOf := func(q *queueStats, kind string) *kindStats {
 		for i := range q.Kinds {
