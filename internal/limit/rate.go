@@ -148,8 +148,8 @@ func (r *Rate) Hold(ctx context.Context, tx bun.IDB, slots []RateSlot, holder st
 }
 
 // TakeTokens takes up to most slots in a transaction of their own (see
-// Take), or fails with a *RateWait if none is free. With no rate limit, or one
-// whose slots lock-mode batches take in their claim transaction
+// Take), or fails with a *RateWait if none is free. With no rate limit,
+// or one whose slots lock-mode batches take in their claim transaction
 // (TakeInClaim), it returns nil.
 func (r *Rate) TakeTokens(ctx context.Context, most int) (*Tokens, error) {
 	if r == nil || r.claimTx {
