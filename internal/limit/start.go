@@ -53,12 +53,13 @@ func Grace(per time.Duration) time.Duration { return max(per/2, minGrace) }
 func margin(per time.Duration) time.Duration { return min(Grace(per)/2, time.Millisecond) }
 
 // Lead is how long before a rate slot of period per is free again a
-// batch may take it (see above): a quarter of per, at most maxLead. It
-// is to cover the time from the take to the start (a commit and the
-// claim: milliseconds) and its spread; the worker waits up to Lead with
-// the rows or jobs it claimed for the slot. docs/performance.md gives
-// the share of the limit reached with other leads.
-func Lead(per time.Duration) time.Duration { return min(per/4, maxLead) }
+// batch may take it (see above): half of per, at most maxLead. It is to
+// cover the time from the take to the start (a commit and the claim,
+// milliseconds) with its spread, and the items before it in the batch,
+// whose slots come free together; the worker waits up to Lead with the
+// rows or jobs it claimed for the slot. docs/performance.md gives the
+// share of the limit reached with other leads.
+func Lead(per time.Duration) time.Duration { return min(per/2, maxLead) }
 
 // maxLead bounds Lead for a long Per, whose rate loses little to the
 // time from take to start.
