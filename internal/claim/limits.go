@@ -125,8 +125,10 @@ func (b *claimTx[T]) takeRateTokens(ctx context.Context) bool {
 
 // start reports whether item i may start now: its rate slots (the
 // RateLimit's next one, its key's KeyRate one) cover a start now, or
-// could be extended to (see limit.Cover). An item that may not is
-// skipped: it goes back to its queue as it was. An error ends the path.
+// could be extended to (see limit.Cover), once the RateLimit's slot,
+// if taken ahead, is free (start waits for that). An item that may not
+// is skipped: it goes back to its queue as it was. An error ends the
+// path.
 // Where the slots were taken in the claim transaction (SQLite), an
 // extension runs there, before the row's savepoint.
 func (b *claimTx[T]) start(ctx context.Context, i int) bool {

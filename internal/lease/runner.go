@@ -204,7 +204,7 @@ func (l *Runner) claim(ctx context.Context, most int, keys []engine.Key, res *en
 		}
 		b.held = append(b.held, slot)
 	}
-	var rated []int // the RateLimit's slots, one per job that starts
+	var rated []limit.RateSlot // the RateLimit's slots, one per job that starts
 	if rate := l.Jobs.Rate; rate != nil {
 		if rated, err = rate.Take(ctx, tx, claim.Want(most, keys)); err != nil {
 			return leased{}, err
@@ -280,7 +280,8 @@ func (r rateSlots) started() time.Time {
 }
 
 // start reports whether the job may start now under its rate slots (see
-// limit.Cover.Start), extending their holds on db if it comes late.
+// limit.Cover.Start: it waits for a slot taken ahead to be free),
+// extending their holds on db if it comes late.
 func (r rateSlots) start(ctx context.Context, db bun.IDB) (bool, error) {
 	ok, err := r.rate.Start(ctx, db)
 	if ok {
@@ -314,7 +315,7 @@ func (l *Runner) expire(ctx context.Context, tx bun.Tx, rows []jobsql.Row) (live
 // locks, to b.token, and holds one of the RateLimit's slots of rated per
 // job; it notes each job's rate slots, with keyCovers, its KeyRate ones
 // (nil without a KeyRate), in b.starts.
-func (l *Runner) lease(ctx context.Context, tx bun.Tx, b *leased, rated []int, keyCovers []*limit.Cover) error {
+func (l *Runner) lease(ctx context.Context, tx bun.Tx, b *leased, rated []limit.RateSlot, keyCovers []*limit.Cover) error {
 	ids := make([]int64, len(b.rows))
 	for i := range b.rows {
 		ids[i] = b.rows[i].ID
@@ -334,11 +335,12 @@ func (l *Runner) lease(ctx context.Context, tx bun.Tx, b *leased, rated []int, k
 	if rated == nil {
 		return nil
 	}
-	took := time.Now()
+	rated = rated[:len(b.rows)]
+	took, ahead := time.Now(), limit.Ahead(rated)
 	for i := range b.starts {
-		b.starts[i].rate = l.Jobs.Rate.Cover(rated[i], b.token, took)
+		b.starts[i].rate = l.Jobs.Rate.Cover(rated[i], b.token, took, ahead)
 	}
-	return l.Jobs.Rate.Hold(ctx, tx, rated[:len(b.rows)], b.token)
+	return l.Jobs.Rate.Hold(ctx, tx, rated, b.token)
 }
 
 // runOne runs one leased job and completes, fails or releases it, if the

@@ -59,7 +59,7 @@ func TestTokensStart(t *testing.T) {
 	ok, err := none.Start(ctx, nil)
 	require.True(t, ok)
 	require.NoError(t, err)
-	tk := &Tokens{r: &Rate{per: time.Minute}, slots: []int{0, 1, 2}, took: time.Now()}
+	tk := &Tokens{r: &Rate{per: time.Minute}, slots: []RateSlot{{Slot: 0}, {Slot: 1}, {Slot: 2}}, took: time.Now()}
 	require.Equal(t, 3, tk.Left(10))
 	require.Equal(t, 2, tk.Left(2))
 	for range 2 {
@@ -97,4 +97,40 @@ func TestWait(t *testing.T) {
 	wait = Wait(ErrLimited, time.Second)
 	require.True(t, wait >= slotWait/2 && wait <= slotWait*3/2, "%s", wait)
 	require.Equal(t, 10*time.Millisecond, Wait(ErrLimited, 10*time.Millisecond))
+}
+
+// A slot taken ahead of the end of its last hold serves no start before
+// that end: Start waits for it (and gives up if ctx ends first), and the
+// start is still covered without a statement, the hold having been taken
+// that much longer. Not used, the slot is given back at that end, not
+// before; a slot that served a start stays held Per and the margin from
+// it.
+func TestCoverTakenAhead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := &Rate{per: time.Minute} // a grace of 30 s: no extension however late the timer fires
+	now := time.Now()
+	s := RateSlot{Slot: 3, Wait: 20 * time.Millisecond, Ready: now.Add(20 * time.Millisecond)}
+	c := r.Cover(s, "h", now, Ahead([]RateSlot{{Slot: 1}, s}))
+	ok, err := c.Start(ctx, nil) // no db: a statement would panic
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.False(t, c.Started().Before(s.Ready), "started %s before its slot's last hold ended", s.Ready.Sub(c.Started()))
+	d, held := c.rest(c.Started())
+	require.True(t, held)
+	require.Equal(t, r.per+margin(r.per), d)
+
+	unused := r.Cover(RateSlot{Slot: 4, Wait: time.Second, Ready: time.Now().Add(time.Second)}, "h", time.Now(), time.Second)
+	d, held = unused.rest(time.Now())
+	require.True(t, held, "given back before its last hold ended")
+	require.Greater(t, d, 900*time.Millisecond)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	ok, err = unused.Start(cctx, nil)
+	require.NoError(t, err)
+	require.False(t, ok, "started before its last hold ended")
+
+	free := r.Cover(RateSlot{Slot: 5}, "h", time.Now(), 0)
+	_, held = free.rest(time.Now())
+	require.False(t, held, "a free slot not used is given back at once")
 }

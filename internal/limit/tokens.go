@@ -14,8 +14,9 @@ import (
 type Tokens struct {
 	r      *Rate
 	holder string
-	slots  []int
-	took   time.Time // just before the slots were held, for their covers
+	slots  []RateSlot
+	took   time.Time     // just before the slots were held, for their covers
+	ahead  time.Duration // how much longer they were held (see Ahead)
 	// started are, for each slot spent so far (the first len(started)),
 	// when its item started; zero for a slot that did not serve a start.
 	started []time.Time
@@ -49,7 +50,7 @@ func (tk *Tokens) Start(ctx context.Context, tx bun.IDB) (bool, error) {
 	if tk.inTx {
 		db = tx
 	}
-	c := tk.r.Cover(tk.slots[spent], tk.holder, tk.took)
+	c := tk.r.Cover(tk.slots[spent], tk.holder, tk.took, tk.ahead)
 	ok, err := c.Start(ctx, db)
 	tk.started = append(tk.started, c.started) // started or not, the slot is spent: a late one may be another's
 	return ok, err
@@ -70,7 +71,7 @@ func (tk *Tokens) Hold(ctx context.Context, tx bun.IDB, n int) error {
 	if tk == nil || !tk.inTx {
 		return nil
 	}
-	tk.took = time.Now()
+	tk.took, tk.ahead = time.Now(), Ahead(tk.slots[:n])
 	return tk.r.Hold(ctx, tx, tk.slots[:n], tk.holder)
 }
 
@@ -82,7 +83,7 @@ func (tk *Tokens) Settle(ctx context.Context, log *slog.Logger) {
 	}
 	covers := make([]*Cover, len(tk.slots))
 	for i, slot := range tk.slots {
-		covers[i] = tk.r.Cover(slot, tk.holder, tk.took)
+		covers[i] = tk.r.Cover(slot, tk.holder, tk.took, tk.ahead)
 		if i < len(tk.started) {
 			covers[i].started = tk.started[i]
 		}

@@ -12,7 +12,8 @@
 // A queue limited to n starts per period has n slots of kind Rate: a
 // start takes a free one and holds it (held_until) until the period has
 // passed, by the database clock, in a transaction that commits whatever
-// becomes of the item.
+// becomes of the item. It may take one a moment before its hold ends
+// (TakeAhead), and start once it has.
 package slotsql
 
 import (
@@ -186,6 +187,44 @@ func (s SQL) Take(ctx context.Context, tx bun.IDB, l Limit, n, most int) ([]int,
 		err = nil
 	}
 	return slots, err
+}
+
+// Ahead is a slot that TakeAhead locked: its number, and how long its
+// last hold still ran when the statement began, by the database clock
+// (zero if it had ended).
+type Ahead struct {
+	Slot int
+	Wait time.Duration
+}
+
+// TakeAhead is Take for rate slots, where a slot whose hold ends within
+// lead of now may be taken too: it returns the slots with how long each
+// hold still runs, which the caller waits out before it starts an item
+// under the slot. With lead zero it takes what Take takes; the order
+// is by slot, as Take's.
+func (s SQL) TakeAhead(ctx context.Context, tx bun.IDB, l Limit, n, most int, lead time.Duration) ([]Ahead, error) {
+	where, args := l.where()
+	query := "SELECT slot, -(" + s.d.MicrosSince("held_until") + ") AS wait_us FROM " + s.t.Slots + " WHERE " + where +
+		" AND slot < ? AND (held_until IS NULL OR held_until < " + s.d.NowPlus(lead) + ") ORDER BY slot LIMIT ?"
+	if lock := s.d.SkipLocked(); lock != "" {
+		query += " FOR " + lock
+	}
+	var rows []struct {
+		Slot   int    `bun:"slot"`
+		WaitUS *int64 `bun:"wait_us"`
+	}
+	err := tx.NewRaw(query, append(args, n, most)...).Scan(ctx, &rows)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = nil
+	}
+	got := make([]Ahead, len(rows))
+	for i, r := range rows {
+		got[i].Slot = r.Slot
+		if r.WaitUS != nil && *r.WaitUS > 0 {
+			got[i].Wait = time.Duration(*r.WaitUS) * time.Microsecond
+		}
+	}
+	return got, err
 }
 
 // Hold marks the slots of l, which tx locks, as held by token for lease

@@ -1,6 +1,6 @@
 // Package slotsql_test runs the statements of internal/slotsql on every
 // server: the slots of per-key limits, created and taken for many keys in
-// one statement.
+// one statement, and rate slots taken ahead of their hold's end.
 package slotsql_test
 
 import (
@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/uptrace/bun"
@@ -117,5 +118,58 @@ func TestTakeKeys(t *testing.T) {
 		got, err = s.TakeKeys(ctx, tx, queue, slotsql.Concurrency, []string{"k:404"}, 0)
 		require.NoError(t, err)
 		require.Empty(t, got, "a key without slots")
+	})
+}
+
+// TakeAhead takes the free rate slots and those whose hold ends within
+// its lead, each with how long its hold still runs, skipping the slots
+// held longer and those another transaction locks; with no lead it
+// takes the free ones alone.
+func TestTakeAhead(t *testing.T) {
+	onServers(t, func(t *testing.T, db *bun.DB, d sqldialect.Dialect) {
+		ctx := t.Context()
+		queue := dbtest.Name("t_slots")
+		t.Cleanup(func() {
+			_, _ = db.NewRaw("DELETE FROM "+tables.Default.Slots+" WHERE queue = ?", queue).Exec(context.Background())
+		})
+		s := slotsql.New(d, tables.Default)
+		l := slotsql.Limit{Queue: queue, Kind: slotsql.Rate}
+		require.NoError(t, s.Ensure(ctx, db, l, 6))
+		// Slot 0 is free; 1 is held for a minute, 2 for 5 s, 4 for 1 s and
+		// locked by another transaction; 3's hold ended a second ago; 5 is
+		// beyond the n of 5.
+		set := func(slot int, until time.Duration) {
+			_, err := db.NewRaw("UPDATE "+tables.Default.Slots+" SET holder = 'x', held_until = "+d.NowPlus(until)+
+				" WHERE queue = ? AND kind = ? AND slot = ?", queue, int(slotsql.Rate), slot).Exec(ctx)
+			require.NoError(t, err)
+		}
+		set(1, time.Minute)
+		set(3, -time.Second)
+		set(4, time.Second)
+		before := time.Now()
+		set(2, 5*time.Second)
+		other, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		require.NoError(t, err)
+		defer func() { _ = other.Rollback() }()
+		locked, err := s.TakeAhead(ctx, other, l, 5, 1, 0)
+		require.NoError(t, err)
+		require.Equal(t, []slotsql.Ahead{{Slot: 0}}, locked)
+		_, err = other.NewRaw("SELECT slot FROM "+tables.Default.Slots+" WHERE queue = ? AND kind = ? AND slot = 4 FOR UPDATE", queue, int(slotsql.Rate)).Exec(ctx)
+		require.NoError(t, err)
+
+		tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		require.NoError(t, err)
+		defer func() { _ = tx.Rollback() }()
+		got, err := s.TakeAhead(ctx, tx, l, 5, 10, 0)
+		require.NoError(t, err)
+		require.Equal(t, []slotsql.Ahead{{Slot: 3}}, got, "no lead: the free ones, but 0, which the other locks")
+		got, err = s.TakeAhead(ctx, tx, l, 5, 10, 10*time.Second)
+		took := time.Since(before)
+		require.NoError(t, err)
+		require.Len(t, got, 2, "%v", got)
+		require.Equal(t, 2, got[0].Slot, "held for 5 s, within the lead of 10 s")
+		require.LessOrEqual(t, got[0].Wait, 5*time.Second)
+		require.GreaterOrEqual(t, got[0].Wait, 5*time.Second-took-time.Microsecond, "to the microsecond")
+		require.Equal(t, slotsql.Ahead{Slot: 3}, got[1], "taken by tx already: its lock is tx's")
 	})
 }
