@@ -23,8 +23,8 @@ func queueUsage(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "NAME is a table queue's or a jobs queue's name. The flag is kept in the")
 	fmt.Fprintln(w, "queues table (bunqueue_queues, or that of --prefix and --schema; bunqueue migrate")
-	fmt.Fprintln(w, "creates it). Each takes --dsn (a MySQL or MariaDB DSN, or a postgres:// URL for")
-	fmt.Fprintln(w, "PostgreSQL), --prefix, --schema and --json.")
+	fmt.Fprintln(w, "creates it). Each takes --dsn (a MySQL or MariaDB DSN, or a")
+	fmt.Fprintln(w, "postgres:// URL for PostgreSQL), --prefix, --schema and --json.")
 }
 
 func runQueue(ctx context.Context, args []string, stdout, stderr io.Writer) int {
