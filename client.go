@@ -259,7 +259,8 @@ func (c *Client) checkQueue(ctx context.Context, r *runner) error {
 	if r.table == nil {
 		return nil // a jobs queue in lease mode
 	}
-	if err := c.dialect.CheckTable(ctx, c.db, tableSchema(c.db, r.table), r.table.Name); err != nil {
+	schema, name := c.runnerTable(r)
+	if err := c.dialect.CheckTable(ctx, c.db, schema, name); err != nil {
 		return fmt.Errorf("bunqueue: queue %q: %w", r.Name, err)
 	}
 	if err := c.checkKey(ctx, r); err != nil {
@@ -441,7 +442,8 @@ func (c *Client) checkKey(ctx context.Context, r *runner) error {
 	if r.byPrimary == nil {
 		return nil
 	}
-	cols, err := c.dialect.PrimaryKey(ctx, c.db, tableSchema(c.db, r.table), r.table.Name)
+	schema, name := c.runnerTable(r)
+	cols, err := c.dialect.PrimaryKey(ctx, c.db, schema, name)
 	if err != nil {
 		return fmt.Errorf("bunqueue: queue %q: %w", r.Name, err)
 	}
@@ -457,9 +459,19 @@ func (c *Client) checkKey(ctx context.Context, r *runner) error {
 	if !same {
 		c.cfg.Logger.WarnContext(ctx, "bunqueue: the model's primary key is not the table's PRIMARY KEY; "+
 			"claims lock rows by the model's key, which needs a unique index on it",
-			"queue", r.Name, "table", r.table.Name, "model_key", model, "primary_key", cols)
+			"queue", r.Name, "table", name, "model_key", model, "primary_key", cols)
 	}
 	return nil
+}
+
+// runnerTable returns the schema ("" for the connection's) and the name
+// of r's table, as the catalogs list them: the model's, or for a jobs
+// queue the client's jobs table, whatever its model's tag says.
+func (c *Client) runnerTable(r *runner) (schema, name string) {
+	if r.jobs {
+		return c.tables.Schema(), c.tables.Bare(tables.Jobs)
+	}
+	return tableSchema(c.db, r.table), r.table.Name
 }
 
 // tableSchema returns the schema named in the model's table tag, or "" for

@@ -6,7 +6,6 @@ import (
 
 	"github.com/uptrace/bun"
 
-	"github.com/bunqueue/bunqueue/internal/tables"
 	"github.com/bunqueue/bunqueue/internal/wake"
 )
 
@@ -88,10 +87,8 @@ type (
 func (c *Client) newWatch(runners []*runner) *watch {
 	w := &watch{}
 	for i, r := range runners {
-		t := wake.Target{Queue: &r.Queue, Table: c.tables.Bare(tables.Jobs), Schema: c.tables.Schema()}
-		if r.table != nil {
-			t.Table, t.Schema = r.table.Name, tableSchema(c.db, r.table)
-		}
+		t := wake.Target{Queue: &r.Queue}
+		t.Schema, t.Table = c.runnerTable(r)
 		if i >= len(c.queues) {
 			t.Jobs = true
 			for _, queue := range []string{r.Name, strings.TrimPrefix(r.Name, "jobs:")} {

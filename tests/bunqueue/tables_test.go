@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -221,4 +222,27 @@ func TestTablesNotMigrated(t *testing.T) {
 		require.ErrorIs(t, err, bunqueue.ErrNotMigrated)
 		require.ErrorContains(t, err, "the jobs tables ("+tables.Prefix+"jobs, "+tables.Prefix+"failed_jobs) do not exist: run Config.Tables.Migrate, or `bunqueue migrate --prefix "+tables.Prefix+"`")
 	})
+}
+
+// A client with Tables of its own needs no default tables: in a database
+// that has none (a new SQLite file), its jobs queues start and run, in
+// lock and lease mode, and it creates none of the default names.
+func TestTablesAloneInTheirDatabase(t *testing.T) {
+	t.Parallel()
+	db := dbtest.OpenSQLiteFile(t, filepath.Join(t.TempDir(), "alone.db"), 0)
+	tables := bunqueue.Tables{Prefix: "shop_q_"}
+	require.NoError(t, tables.Migrate(t.Context(), db))
+	for _, mode := range []bunqueue.JobMode{bunqueue.ModeLock, bunqueue.ModeLease} {
+		runs := &ownerRuns{byID: map[int64]int{}}
+		c, err := bunqueue.NewClient(db, &bunqueue.Config{Tables: tables, PollInterval: 50 * time.Millisecond,
+			JobQueues: map[string]bunqueue.JobQueueConfig{"q": {Mode: mode}}})
+		require.NoError(t, err)
+		require.NoError(t, bunqueue.AddWorker(c, runs.worker("a")))
+		start(t, c)
+		_, err = c.Enqueue(t.Context(), db, ownedArgs{Owner: "a"}, &bunqueue.EnqueueOpts{Queue: "q"})
+		require.NoError(t, err)
+		eventually(t, 10*time.Second, func() bool { _, n := runs.ran(); return n == 1 }, "the %s job ran", mode)
+		require.NoError(t, c.Stop(t.Context()))
+	}
+	require.Zero(t, count(t, db, "SELECT COUNT(*) FROM sqlite_master WHERE name LIKE 'bunqueue%'"), "no default table, index or probe")
 }
