@@ -23,6 +23,7 @@ func (c *Client) checkPlans(ctx context.Context, runners []*runner) error {
 			continue
 		}
 		sel, table := r.Explain()
+		schema, name := c.runnerTable(r)
 		query, err := sel.Limit(planLimit).AppendQuery(c.db.QueryGen(), nil)
 		var plan sqldialect.Plan
 		if err == nil {
@@ -38,7 +39,7 @@ func (c *Client) checkPlans(ctx context.Context, runners []*runner) error {
 		}
 		for i := range plan.Steps {
 			if plan.Steps[i].Table == table.Alias {
-				plan.Steps[i].Table = table.Name // the name the user knows
+				plan.Steps[i].Table = name // the name the user knows
 			}
 		}
 		problems := plan.Problems()
@@ -51,7 +52,7 @@ func (c *Client) checkPlans(ctx context.Context, runners []*runner) error {
 		}
 		index := "one whose columns are those of the WHERE's equality conditions, followed by those of the ORDER BY " +
 			"(the query is too complex to name them)"
-		advice, ok, err := c.dialect.SuggestIndex(ctx, c.db, string(query), tableSchema(c.db, table), table.Name, table.Alias, pks)
+		advice, ok, err := c.dialect.SuggestIndex(ctx, c.db, string(query), schema, name, table.Alias, pks)
 		switch {
 		case err != nil:
 			c.cfg.Logger.DebugContext(ctx, "bunqueue: look for an index that serves a queue's query", "queue", r.Name, "error", err)
