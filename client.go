@@ -19,6 +19,7 @@ import (
 	"github.com/bunqueue/bunqueue/internal/idle"
 	"github.com/bunqueue/bunqueue/internal/lease"
 	"github.com/bunqueue/bunqueue/internal/prepared"
+	"github.com/bunqueue/bunqueue/internal/procsql"
 	"github.com/bunqueue/bunqueue/internal/sqldialect"
 	"github.com/bunqueue/bunqueue/internal/tables"
 	"github.com/bunqueue/bunqueue/internal/telemetry"
@@ -62,8 +63,10 @@ type Client struct {
 	idle     *idle.Watcher          // the queues whose feeds wait for work, probed together
 	watching atomic.Pointer[watch]  // set by Start: the runners QueryHook wakes, by table
 	pauses   atomic.Pointer[pauses] // set by Start: the runners PauseQueue pauses, by name
-	counts   counters               // what the workers did, for Stats
-	sig      signaling              // notifications between processes (listen.go)
+	procMu   sync.Mutex
+	proc     procsql.Row // the client's row of the process registry, once registered
+	counts   counters    // what the workers did, for Stats
+	sig      signaling   // notifications between processes (listen.go)
 	// jobFeeds, set by Start, are the feeds of the jobs queues, by name,
 	// for handOver.
 	jobFeeds atomic.Pointer[map[string]*engine.Feed]
@@ -334,6 +337,8 @@ func (c *Client) run(ctx context.Context, runners []*runner) {
 		c.workers.Add(1)
 		go c.schedule(workCtx)
 	}
+	c.workers.Add(1)
+	go c.heartbeat(workCtx)
 	reg, err := c.tel.ObserveDepth(depthSources(runners), QueueDepthLimit, c.cfg.Logger)
 	if err != nil {
 		c.cfg.Logger.WarnContext(ctx, "bunqueue: the queue depth gauge is off", "error", err)
@@ -428,6 +433,7 @@ func (c *Client) Stop(ctx context.Context) error {
 // closes c.drained.
 func (c *Client) drain() {
 	c.workers.Wait()
+	c.unregister()
 	if c.stmts != nil {
 		c.stmts.Close()
 	}

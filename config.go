@@ -186,6 +186,16 @@ type Config struct {
 	// zero. Defaults to PollIntervalDefault.
 	PollInterval time.Duration
 
+	// ProcessName names this process in the process registry
+	// (Client.Processes, the dashboard, `bunqueue processes`). Defaults
+	// to "host:pid".
+	ProcessName string
+	// HeartbeatInterval is how often the started client refreshes its
+	// row of the process registry: one statement. The others show it as
+	// stale once it has missed ProcessStaleBeats of them. Defaults to
+	// HeartbeatIntervalDefault.
+	HeartbeatInterval time.Duration
+
 	// JobQueues configures the queues of the jobs table, by name. Enqueue
 	// refuses a queue that is not listed. Defaults to one queue named
 	// QueueDefault with default settings. Their workers run only if at
@@ -447,6 +457,7 @@ func (c *Config) withDefaults() Config {
 		out.Logger = slog.Default()
 	}
 	orDefault(&out.PollInterval, PollIntervalDefault)
+	orDefault(&out.HeartbeatInterval, HeartbeatIntervalDefault)
 	orDefault(&out.OutputRetention, OutputRetentionDefault)
 	if out.Backoff == nil {
 		out.Backoff = DefaultBackoff
@@ -485,10 +496,17 @@ func (c Config) validate() error {
 	switch {
 	case c.PollInterval < 0:
 		return fmt.Errorf("bunqueue: Config.PollInterval must not be negative, got %s", c.PollInterval)
+	case c.HeartbeatInterval < 0:
+		return fmt.Errorf("bunqueue: Config.HeartbeatInterval must not be negative, got %s", c.HeartbeatInterval)
 	case c.Retention < 0:
 		return fmt.Errorf("bunqueue: Config.Retention must not be negative, got %s", c.Retention)
 	case c.OutputRetention < 0:
 		return fmt.Errorf("bunqueue: Config.OutputRetention must not be negative, got %s", c.OutputRetention)
+	case len(c.ProcessName) > 255:
+		return fmt.Errorf("bunqueue: Config.ProcessName must be at most 255 bytes, got %d", len(c.ProcessName))
+	}
+	if err := checkText("Config.ProcessName", c.ProcessName); err != nil {
+		return fmt.Errorf("bunqueue: %w", err)
 	}
 	for name, q := range c.JobQueues {
 		if err := checkText("Config.JobQueues: a queue name", name); err != nil {

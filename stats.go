@@ -95,36 +95,7 @@ func (l queueLimits) fill(st *QueueStats) {
 // cannot be counted, that queue's Depth is -1 and the error is returned
 // with the stats of every queue.
 func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
-	c.mu.Lock()
-	queues := slices.Clone(c.queues)
-	jobs := len(c.kinds) > 0
-	c.mu.Unlock()
-
-	type source struct {
-		stats QueueStats
-		depth func(ctx context.Context, limit int) (int, error)
-	}
-	var sources []source
-	for _, q := range queues {
-		r := q.runner()
-		st := QueueStats{Name: r.Name, Kind: QueueKindTable, Table: r.table.Name, Workers: r.Workers}
-		r.limits.fill(&st)
-		sources = append(sources, source{st, r.Depth})
-	}
-	if jobs {
-		names := make([]string, 0, len(c.cfg.JobQueues))
-		for name := range c.cfg.JobQueues {
-			names = append(names, name)
-		}
-		slices.Sort(names)
-		for _, name := range names {
-			qc := c.cfg.JobQueues[name]
-			st := QueueStats{Name: name, Kind: QueueKindJobs, Table: c.tables.Jobs, Workers: qc.Workers}
-			queueLimits{qc.GlobalLimit, qc.KeyLimit, keyColumn(qc), qc.RateLimit, qc.KeyRate}.fill(&st)
-			sources = append(sources, source{st, c.jobDepth(name)})
-		}
-	}
-
+	sources := c.statsSources()
 	out := make([]QueueStats, len(sources))
 	var errs []error
 	names, _, err := c.readPaused(ctx)
@@ -149,6 +120,46 @@ func (c *Client) Stats(ctx context.Context) ([]QueueStats, error) {
 		out[i] = st
 	}
 	return out, errors.Join(errs...)
+}
+
+// statsSource is a queue as Stats and the process registry read it: its
+// settings, its mode, and how to count its depth.
+type statsSource struct {
+	stats QueueStats
+	mode  JobMode
+	depth func(ctx context.Context, limit int) (int, error)
+}
+
+// statsSources returns the client's queues, the table queues in the
+// order they were added, then the jobs queues by name.
+func (c *Client) statsSources() []statsSource {
+	c.mu.Lock()
+	queues := slices.Clone(c.queues)
+	jobs := len(c.kinds) > 0
+	c.mu.Unlock()
+
+	var sources []statsSource
+	for _, q := range queues {
+		r := q.runner()
+		st := QueueStats{Name: r.Name, Kind: QueueKindTable, Table: r.table.Name, Workers: r.Workers}
+		r.limits.fill(&st)
+		sources = append(sources, statsSource{st, ModeLock, r.Depth})
+	}
+	if !jobs {
+		return sources
+	}
+	names := make([]string, 0, len(c.cfg.JobQueues))
+	for name := range c.cfg.JobQueues {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		qc := c.cfg.JobQueues[name]
+		st := QueueStats{Name: name, Kind: QueueKindJobs, Table: c.tables.Jobs, Workers: qc.Workers}
+		queueLimits{qc.GlobalLimit, qc.KeyLimit, keyColumn(qc), qc.RateLimit, qc.KeyRate}.fill(&st)
+		sources = append(sources, statsSource{st, qc.Mode, c.jobDepth(name)})
+	}
+	return sources
 }
 
 // Failure is a recent failure of a row or job in this process, as

@@ -16,6 +16,10 @@
 // refreshes itself every Options.RefreshInterval
 // without reloading. GET data.json returns the same data as JSON.
 //
+// GET processes lists the processes that run queues on the client's
+// tables, live ones first, then the stale ones, each with its queues
+// (Client.Processes).
+//
 // GET jobs is the job browser: the jobs of one state (or all), of a
 // queue and kind, or of an id, newest first, a page at a time
 // (Client.JobList, Client.JobGet). GET job?id=… is a job's page: its
@@ -299,6 +303,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.get(w, r, h.ofClient(h.queueLive))
 	case path == "/job":
 		h.get(w, r, h.ofClient(h.job))
+	case path == "/processes":
+		h.get(w, r, h.ofClient(h.processes))
 	case path == "/job-action":
 		h.jobAction(w, r)
 	case path == "/retry" || path == "/delete":

@@ -6,12 +6,13 @@
 //
 // Commands:
 //
-//	migrate  create or upgrade bunqueue's tables (see migrate -h)
-//	stats    count the jobs of the jobs table per queue and kind: waiting, scheduled, failed
-//	failed   list, show, retry or delete failed jobs
-//	queue    list, pause or resume queues, for every process
-//	job      get, list, cancel, delete or run jobs now, in any state
-//	help     print this help
+//	migrate    create or upgrade bunqueue's tables (see migrate -h)
+//	stats      count the jobs of the jobs table per queue and kind: waiting, scheduled, failed
+//	failed     list, show, retry or delete failed jobs
+//	queue      list, pause or resume queues, for every process
+//	job        get, list, cancel, delete or run jobs now, in any state
+//	processes  list the processes that run queues, live and stale
+//	help       print this help
 //
 // Run "bunqueue <command> -h" for the flags of a command. --dsn, --prefix,
 // --schema and --json, which every command takes, go before or after the
@@ -19,7 +20,8 @@
 // --json prints the result as JSON.
 //
 // bunqueue's tables are, by default, bunqueue_jobs, bunqueue_failed_jobs,
-// bunqueue_queues, bunqueue_periodic, bunqueue_slots, bunqueue_migrations.
+// bunqueue_queues, bunqueue_periodic, bunqueue_slots, bunqueue_processes,
+// bunqueue_migrations.
 // An app whose Config.Tables gives them a prefix or a PostgreSQL schema is
 // reached with the same --prefix (else $BUNQUEUE_TABLE_PREFIX) and
 // --schema (else $BUNQUEUE_TABLE_SCHEMA).
@@ -85,6 +87,7 @@ func commands() []command {
 		{"failed", "list, show, retry or delete failed jobs", runFailed, true},
 		{"queue", "list, pause or resume queues, for every process", runQueue, true},
 		{"job", "get, list, cancel, delete or run jobs now, in any state", runJob, true},
+		{"processes", "list the processes that run queues, live and stale", runProcesses, false},
 	}
 }
 
@@ -172,9 +175,9 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Commands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintf(w, "  %-8s %s\n", "help", "print this help")
+	fmt.Fprintf(w, "  %-10s %s\n", "help", "print this help")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, `Run "bunqueue <command> -h" for the flags of a command. --dsn, --prefix, --schema`)
 	fmt.Fprintln(w, "and --json, which every command takes, go before or after the command (after it,")

@@ -240,6 +240,30 @@ func mysqlMigrations(n tables.Names) []Migration {
 				ifMissing("COLUMNS", n.Bare(tables.Jobs), "column_name = '"+AttemptErrorsColumn+"'", `ALTER TABLE `+n.Jobs+` ADD COLUMN `+AttemptErrorsColumn+` `+attemptErrorsType),
 				ifMissing("COLUMNS", n.Bare(tables.FailedJobs), "column_name = '"+AttemptErrorsColumn+"'", `ALTER TABLE `+n.FailedJobs+` ADD COLUMN `+AttemptErrorsColumn+` `+attemptErrorsType)...),
 		},
+		{
+			Version: 9,
+			Name:    "process registry",
+			// One row per started client: who it is, its queues as JSON
+			// (queues), and its heartbeat. stale_at is when the others
+			// take it for dead unless it beats again; forget_at when any
+			// process's heartbeat may delete the row.
+			Statements: []string{
+				`CREATE TABLE IF NOT EXISTS ` + n.Processes + ` (
+	id VARBINARY(32) NOT NULL,
+	name VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+	host VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+	pid BIGINT NOT NULL,
+	version VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+	started_at DATETIME(6) NOT NULL,
+	heartbeat_at DATETIME(6) NOT NULL,
+	stale_at DATETIME(6) NOT NULL,
+	forget_at DATETIME(6) NOT NULL,
+	queues MEDIUMTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+	PRIMARY KEY (id),
+	KEY ` + n.Index("processes_forget_at") + ` (forget_at)
+) ENGINE=InnoDB`,
+			},
+		},
 	}
 }
 

@@ -138,6 +138,25 @@ func Postgres(n tables.Names) Schema {
 					`ALTER TABLE ` + n.FailedJobs + ` ADD COLUMN IF NOT EXISTS ` + AttemptErrorsColumn + ` JSONB NULL`,
 				},
 			},
+			{
+				Version: 9,
+				Name:    "process registry",
+				Statements: []string{
+					`CREATE TABLE IF NOT EXISTS ` + n.Processes + ` (
+	id VARCHAR(32) NOT NULL PRIMARY KEY,
+	name VARCHAR(255) NOT NULL,
+	host VARCHAR(255) NOT NULL,
+	pid BIGINT NOT NULL,
+	version VARCHAR(255) NOT NULL,
+	started_at TIMESTAMPTZ NOT NULL,
+	heartbeat_at TIMESTAMPTZ NOT NULL,
+	stale_at TIMESTAMPTZ NOT NULL,
+	forget_at TIMESTAMPTZ NOT NULL,
+	queues TEXT NOT NULL
+)`,
+					`CREATE INDEX IF NOT EXISTS ` + n.Index("processes_forget_at") + ` ON ` + n.Processes + ` (forget_at)`,
+				},
+			},
 		},
 		Rerun: " ON CONFLICT DO NOTHING",
 	}

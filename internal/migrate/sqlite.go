@@ -141,6 +141,25 @@ func SQLite(n tables.Names) Schema {
 					`ALTER TABLE ` + n.FailedJobs + ` ADD COLUMN ` + AttemptErrorsColumn + ` TEXT NULL`,
 				},
 			},
+			{
+				Version: 9,
+				Name:    "process registry",
+				Statements: []string{
+					`CREATE TABLE IF NOT EXISTS ` + n.Processes + ` (
+	id TEXT NOT NULL PRIMARY KEY,
+	name TEXT NOT NULL,
+	host TEXT NOT NULL,
+	pid INTEGER NOT NULL,
+	version TEXT NOT NULL,
+	started_at DATETIME NOT NULL,
+	heartbeat_at DATETIME NOT NULL,
+	stale_at DATETIME NOT NULL,
+	forget_at DATETIME NOT NULL,
+	queues TEXT NOT NULL
+)`,
+					`CREATE INDEX IF NOT EXISTS ` + n.Index("processes_forget_at") + ` ON ` + n.Processes + ` (forget_at)`,
+				},
+			},
 		},
 		Rerun: " ON CONFLICT DO NOTHING",
 	}

@@ -137,6 +137,12 @@ func New(ctx context.Context, db bun.IDB, qs queuesql.SQL, log *slog.Logger, que
 // the flags read with the idle watcher's probes.
 func (p *Flags) On() bool { return p.on }
 
+// Seen reports whether this process sees the queue named name paused.
+func (p *Flags) Seen(name string) bool {
+	qs := p.queues[name]
+	return len(qs) > 0 && qs[0].Gate.Paused()
+}
+
 // Every implements idle.Flags: the flags are read at the shortest poll
 // interval of the queues.
 func (p *Flags) Every() time.Duration { return p.every }

@@ -16,5 +16,9 @@ func TestMain(m *testing.M) {
 		// Re-executed by the reliability suite (reliability_sigkill_test.go).
 		os.Exit(runRelWorkerProcess())
 	}
+	if os.Getenv(processChildEnv) != "" {
+		// Re-executed by the registry's kill test (process_test.go).
+		os.Exit(runProcessChild())
+	}
 	goleak.VerifyTestMain(m)
 }
