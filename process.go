@@ -85,7 +85,7 @@ type ProcessQueue struct {
 
 // Processes returns the process registry: every started client of the
 // database's tables (Config.Tables), live ones and stale ones marked, by
-// name. It needs the processes table of schema version 9 (Migrate): its
+// name. It needs the processes table of schema version 10 (Migrate): its
 // error wraps ErrNotMigrated without it.
 func (c *Client) Processes(ctx context.Context) ([]Process, error) {
 	var rows []procsql.Row
@@ -168,7 +168,7 @@ func (c *Client) processQueues() string {
 
 // register records the started client in the registry. A missing table
 // turns the registry off, with a line in the log: a client whose database
-// predates version 9 runs as before.
+// predates version 10 runs as before.
 func (c *Client) register(ctx context.Context) bool {
 	row := c.newProcess()
 	row.Queues = c.processQueues()

@@ -149,7 +149,7 @@ func TestCommand(t *testing.T) {
 		only := []string{"backlog-1m", "tracing-on", "table-defaults", "latency-xproc", "jobs-defaults",
 			"post-burst-table", "post-burst-jobs", "memory-1k", "memory-1m", "post-burst-held",
 			"write-only", "write-only-b50", "write-only-jobs", "write-only-jobs-b50", "design-bound", "design-bound-b50", "design-bound-jobs", "design-bound-prepared",
-			"table-b1-prepared-handler", "table-b1-global-16", "table-b1-keys-100", "table-sized", "table-sized-global-16", "table-sized-keys-100", "rate-limit", "fleet-lock-3x4", "fleet-lock-3x16", "fleet-lease-3x4", "fleet-lease-3x16", "fleet-table-3x4", "fleet-table-3x16"}
+			"table-b1-prepared-handler", "table-b1-global-16", "table-b1-keys-100", "table-sized", "table-sized-global-16", "table-sized-keys-100", "rate-limit", "idle", "fleet-lock-3x4", "fleet-lock-3x16", "fleet-lease-3x4", "fleet-lease-3x16", "fleet-table-3x4", "fleet-table-3x16"}
 		if batchFnScenario != nil {
 			only = append(only, batchFnScenario.name)
 		}

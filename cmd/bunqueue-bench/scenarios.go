@@ -142,6 +142,8 @@ func scenarios() []scenario {
 			run: func(ctx context.Context, b *bench) (result, error) {
 				return b.rateLimited(ctx, bunqueue.Rate{N: 100, Per: 100 * time.Millisecond})
 			}},
+		{name: "idle", desc: "statements a second of a client whose queues have no work (the registry's heartbeat among them)", concurrency: 1, noRatio: true,
+			run: func(ctx context.Context, b *bench) (result, error) { return b.idle(ctx) }},
 		{name: "table-b50", desc: "any-table queue, BatchSize 50", concurrency: workers,
 			run: func(ctx context.Context, b *bench) (result, error) { return b.tableQueue(ctx, b50, 8) }},
 		// Right after table-b50, which it compares itself with.

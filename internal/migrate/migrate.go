@@ -241,7 +241,7 @@ func mysqlMigrations(n tables.Names) []Migration {
 				ifMissing("COLUMNS", n.Bare(tables.FailedJobs), "column_name = '"+AttemptErrorsColumn+"'", `ALTER TABLE `+n.FailedJobs+` ADD COLUMN `+AttemptErrorsColumn+` `+attemptErrorsType)...),
 		},
 		{
-			Version: 9,
+			Version: 10,
 			Name:    "process registry",
 			// One row per started client: who it is, its queues as JSON
 			// (queues), and its heartbeat. stale_at is when the others

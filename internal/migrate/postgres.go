@@ -139,7 +139,7 @@ func Postgres(n tables.Names) Schema {
 				},
 			},
 			{
-				Version: 9,
+				Version: 10,
 				Name:    "process registry",
 				Statements: []string{
 					`CREATE TABLE IF NOT EXISTS ` + n.Processes + ` (

@@ -142,7 +142,7 @@ func SQLite(n tables.Names) Schema {
 				},
 			},
 			{
-				Version: 9,
+				Version: 10,
 				Name:    "process registry",
 				Statements: []string{
 					`CREATE TABLE IF NOT EXISTS ` + n.Processes + ` (
