@@ -127,6 +127,11 @@
 // [Client.JobRunNow] act on one, each with a Tx form. A worker keeps its
 // result with [RecordOutput], read back in [JobRecord].Output.
 //
+// [Client.EnqueueWorkflow] enqueues a group of jobs where a job may wait
+// for others ([WorkflowJob], [Dependency]): a dependent is blocked until
+// its dependencies completed, released by the transaction that completes
+// the last one, and reads their outputs with [DependencyOutputs].
+//
 // # Periodic jobs
 //
 // [Config.PeriodicJobs] lists jobs that a client enqueues on a schedule

@@ -62,7 +62,7 @@ func (c *Client) JobCancelTx(ctx context.Context, db bun.IDB, id int64) (JobStat
 		if was = row.jobState(); was == JobStateCompleted {
 			return fmt.Errorf("%w: it completed", ErrJobFinished)
 		}
-		_, err := c.finisher().Fail(ctx, tx, id, "", row.Attempts, cancelledText, false)
+		_, err := c.finisher().Fail(ctx, tx, id, "", row.Attempts, cancelledText, false, row.Flow)
 		return err
 	})
 	if err != nil {
@@ -94,14 +94,15 @@ func (c *Client) JobDeleteTx(ctx context.Context, db bun.IDB, id int64) error {
 		if row.jobState() == JobStateRunning {
 			return fmt.Errorf("%w: a lease-mode worker holds it; cancel it first (JobCancel)", ErrJobRunning)
 		}
-		return c.finisher().Delete(ctx, tx, id)
+		return c.finisher().Delete(ctx, tx, id, row.Flow)
 	})
 }
 
 // JobRunNow makes the job id due now: a scheduled job, or a retrying job
 // waiting for its backoff, runs when a worker is free, before the jobs of
 // its priority that became due after now. A job already due keeps its
-// place. A running job is an error that wraps ErrJobRunning; a completed
+// place. A running job is an error that wraps ErrJobRunning; a blocked
+// one (waiting for its dependencies), ErrJobBlocked; a completed
 // or failed one, ErrJobFinished (RetryFailed puts a failed job back); an
 // unknown id, ErrJobNotFound.
 func (c *Client) JobRunNow(ctx context.Context, id int64) error {
@@ -118,6 +119,8 @@ func (c *Client) JobRunNowTx(ctx context.Context, db bun.IDB, id int64) error {
 			return c.notWaiting(ctx, tx, id)
 		}
 		switch row.jobState() {
+		case JobStateBlocked:
+			return ErrJobBlocked
 		case JobStateCompleted:
 			return fmt.Errorf("%w: it completed", ErrJobFinished)
 		case JobStateRunning:

@@ -46,7 +46,7 @@ func (c *Client) failJob(ctx context.Context, tx bun.Tx, row *jobRow, attempt in
 		changed, err = c.finisher().Snooze(ctx, tx, row.ID, token, attempt-1, snooze.after)
 		return changed, snooze.after, err
 	case errors.As(cause, &cancel) || attempt >= row.MaxAttempts:
-		changed, err = c.finisher().Fail(ctx, tx, row.ID, token, attempt, errorText(cause), true)
+		changed, err = c.finisher().Fail(ctx, tx, row.ID, token, attempt, errorText(cause), true, row.Flow)
 		return changed, 0, err
 	default:
 		wait := c.retryWait(ctx, row, attempt)

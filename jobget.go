@@ -17,7 +17,9 @@ import (
 // it and JobListFilter.States selects it. The jobs table keeps a state
 // column of two values, waiting (which includes leased) and completed;
 // the four waiting states are told apart by the job's other columns, and
-// failed jobs are the rows of bunqueue_failed_jobs.
+// failed jobs are the rows of bunqueue_failed_jobs. A job of a workflow
+// that waits for its dependencies is blocked, a third value of the
+// column.
 type JobState string
 
 const (
@@ -35,6 +37,12 @@ const (
 	// JobStateRetrying is a job that was attempted before and waits for
 	// its next attempt (its backoff, or a worker), or whose lease ran out.
 	JobStateRetrying JobState = "retrying"
+	// JobStateBlocked is a job of a workflow (EnqueueWorkflow) that waits
+	// for its dependencies to complete: no worker claims it until the
+	// last of them completed, and JobRecord.Dependencies says which it
+	// waits for. JobCancel and JobDelete apply its dependents' policies;
+	// JobRunNow refuses it (ErrJobBlocked).
+	JobStateBlocked JobState = "blocked"
 	// JobStateCompleted is a job that completed, kept for its queue's
 	// Retention, or for its OutputRetention if it recorded an output;
 	// otherwise a completed job is deleted.
@@ -46,7 +54,7 @@ const (
 )
 
 // jobStates are the valid states, in the order of their life.
-var jobStates = []JobState{JobStatePending, JobStateScheduled, JobStateRunning, JobStateRetrying, JobStateCompleted, JobStateFailed}
+var jobStates = []JobState{JobStateBlocked, JobStatePending, JobStateScheduled, JobStateRunning, JobStateRetrying, JobStateCompleted, JobStateFailed}
 
 var (
 	// ErrJobNotFound is wrapped by the errors of JobGet, JobCancel,
@@ -64,6 +72,10 @@ var (
 	// for a job that completed or failed: there is nothing left to cancel
 	// or to run (RetryFailed puts a failed job back).
 	ErrJobFinished = errors.New("bunqueue: the job has finished")
+	// ErrJobBlocked is wrapped by the error of JobRunNow for a job that
+	// waits for its dependencies (JobStateBlocked): it runs once they
+	// completed.
+	ErrJobBlocked = errors.New("bunqueue: the job waits for its dependencies")
 )
 
 // cancelledText is the error a job cancelled by JobCancel is kept with in
@@ -116,6 +128,23 @@ type JobRecord struct {
 	// JobStateFailed (its ID is the one RetryFailed and DeleteFailed
 	// take); nil otherwise.
 	Failed *FailedJob
+	// Dependencies are the jobs a job of a workflow depends on, while it
+	// waits or runs (JobGet reads them; JobList leaves them nil): a
+	// blocked job waits for those not Done. Nil for other jobs, and once
+	// the job finished.
+	Dependencies []JobDependency
+}
+
+// JobDependency is a dependency of a job, as JobGet reads it.
+type JobDependency struct {
+	// JobID is the dependency's id, and Name its name in the group.
+	JobID int64
+	Name  string
+	// Policy is what its failure does to the job.
+	Policy DependencyPolicy
+	// Done is true once it completed (or, under DependencyIgnore, ended
+	// without completing).
+	Done bool
 }
 
 // controlRow is a row of bunqueue_jobs with the columns of
@@ -130,6 +159,8 @@ type controlRow struct {
 // jobState is the row's JobState, as jobsql's waiting predicates have it.
 func (r *controlRow) jobState() JobState {
 	switch {
+	case r.State == jobsql.Blocked:
+		return JobStateBlocked
 	case r.State == jobsql.Completed:
 		return JobStateCompleted
 	case r.LeaseToken != nil && r.Due == 0:
@@ -207,7 +238,7 @@ func (c *Client) getJob(ctx context.Context, db bun.IDB, id int64) (JobRecord, e
 	var row controlRow
 	err := c.jobSQL().GetJob(ctx, db, id, &row)
 	if err == nil {
-		return row.record()
+		return c.withDependencies(ctx, db, &row)
 	}
 	if !errors.Is(err, sql.ErrNoRows) {
 		return JobRecord{}, err
@@ -226,4 +257,21 @@ func (c *Client) getFailed(ctx context.Context, db bun.IDB, id int64) (JobRecord
 		return JobRecord{}, err
 	}
 	return failedRecord(f)
+}
+
+// withDependencies returns the row as a JobRecord with its dependencies,
+// read only for a job that has some.
+func (c *Client) withDependencies(ctx context.Context, db bun.IDB, row *controlRow) (JobRecord, error) {
+	rec, err := row.record()
+	if err != nil || row.Flow&jobsql.FlowDependencies == 0 {
+		return rec, err
+	}
+	deps, err := c.jobSQL().DepsOf(ctx, db, row.ID)
+	if err != nil {
+		return JobRecord{}, err
+	}
+	for _, d := range deps {
+		rec.Dependencies = append(rec.Dependencies, JobDependency{JobID: d.DependsOn, Name: d.Name, Policy: DependencyPolicy(d.Policy), Done: d.Done == 1})
+	}
+	return rec, nil
 }

@@ -86,8 +86,9 @@ const (
 )
 
 // JobList lists the jobs that filter selects, newest first, a page at a
-// time: from the jobs table (pending, scheduled, running, retrying, and
-// completed while their queue keeps them) and from the failed jobs
+// time: from the jobs table (pending, scheduled, running, retrying,
+// blocked jobs of workflows, and completed while their queue keeps them)
+// and from the failed jobs
 // (failed and cancelled, by their job id). Each page is read with a
 // keyset on the id, through indexes whose columns are the state, the
 // queue or kind when the filter has one, and the id (schema version 4):
@@ -130,10 +131,10 @@ func (c *Client) JobListTx(ctx context.Context, db bun.IDB, filter JobListFilter
 // jobListQuery is a checked JobListFilter: which tables and states to
 // read, and the filter of each read.
 type jobListQuery struct {
-	list              jobsql.ListFilter // its Limit is the page's and one more
-	waiting, complete bool              // read the jobs table's waiting, completed jobs
-	failed            bool              // read the failed jobs
-	searched          int               // the jobs of a search's range (JobListPage.Searched)
+	list                       jobsql.ListFilter // its Limit is the page's and one more
+	waiting, complete, blocked bool              // read the jobs table's waiting, completed, blocked jobs
+	failed                     bool              // read the failed jobs
+	searched                   int               // the jobs of a search's range (JobListPage.Searched)
 }
 
 // query checks f and returns what JobList reads, or an error that names
@@ -193,7 +194,7 @@ var waitingStates = map[JobState]jobsql.WaitingState{
 // states sets which tables and states q reads, from JobListFilter.States.
 func (q *jobListQuery) states(states []JobState) error {
 	if len(states) == 0 {
-		q.waiting, q.complete, q.failed = true, true, true
+		q.waiting, q.complete, q.blocked, q.failed = true, true, true, true
 		return nil
 	}
 	for i, s := range states {
@@ -206,6 +207,8 @@ func (q *jobListQuery) states(states []JobState) error {
 			}
 		case s == JobStateCompleted:
 			q.complete = true
+		case s == JobStateBlocked:
+			q.blocked = true
 		case s == JobStateFailed:
 			q.failed = true
 		default:
@@ -238,7 +241,7 @@ func (c *Client) listJobs(ctx context.Context, db bun.IDB, q *jobListQuery) ([]J
 	for _, read := range []struct {
 		ok    bool
 		state int
-	}{{q.waiting, jobsql.Waiting}, {q.complete, jobsql.Completed}} {
+	}{{q.waiting, jobsql.Waiting}, {q.complete, jobsql.Completed}, {q.blocked, jobsql.Blocked}} {
 		if !read.ok {
 			continue
 		}
@@ -278,7 +281,7 @@ func (c *Client) searchRange(ctx context.Context, db bun.IDB, q *jobListQuery) (
 	if q.list.Search == "" {
 		return true, nil
 	}
-	src := jobsql.Sources{Waiting: q.waiting, Completed: q.complete, Failed: q.failed}
+	src := jobsql.Sources{Waiting: q.waiting, Completed: q.complete, Blocked: q.blocked, Failed: q.failed}
 	r, err := c.jobSQL().SearchRange(ctx, db, src, q.list, JobListSearchRows)
 	if err != nil {
 		return false, err

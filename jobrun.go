@@ -67,8 +67,15 @@ func (c *Client) jobRunner(name string, qc JobQueueConfig) *runner {
 	q.eng.Complete = func(ctx context.Context, tx bun.Tx, prep bool, rows []*jobRow) error {
 		ids := make([]int64, len(rows))
 		var outputs map[int64][]byte // nil unless a worker recorded one
+		var flows map[int64]int      // nil unless a job takes part in a workflow
 		for i, row := range rows {
 			ids[i] = row.ID
+			if row.Flow != 0 {
+				if flows == nil {
+					flows = map[int64]int{}
+				}
+				flows[row.ID] = row.Flow
+			}
 			if row.Output != nil {
 				if outputs == nil {
 					outputs = map[int64][]byte{}
@@ -76,7 +83,7 @@ func (c *Client) jobRunner(name string, qc JobQueueConfig) *runner {
 				outputs[row.ID] = row.Output
 			}
 		}
-		return c.completer(name).CompleteHeld(ctx, tx, prep, ids, outputs)
+		return c.completer(name).CompleteHeld(ctx, tx, prep, ids, outputs, flows)
 	}
 	q.eng.Creator = func(row *jobRow) context.Context { return c.tel.Extract(row.TraceContext) }
 	q.eng.Attrs = func(row *jobRow) []attribute.KeyValue {
@@ -166,7 +173,7 @@ func (c *Client) jobDepth(queue string) func(ctx context.Context, limit int) (in
 func (c *Client) runLocked(ctx context.Context, tx bun.Tx, row *jobRow, h hooks) error {
 	c.startedJob(ctx, row)
 	out := &jobOutput{id: row.ID}
-	ctx = withOutput(ctx, out)
+	ctx = withRunning(withOutput(ctx, out), &runningJob{c: c, db: tx, row: row})
 	run := c.kinds[row.Kind]
 	row.Output = nil
 	err := h.run(ctx, func() *WorkInfo { return jobWorkInfo(row, row.Attempts+1) }, func() error {
@@ -186,7 +193,7 @@ func (c *Client) runLocked(ctx context.Context, tx bun.Tx, row *jobRow, h hooks)
 func (c *Client) runLeased(h hooks) func(ctx context.Context, row *jobRow) ([]byte, error) {
 	return func(ctx context.Context, row *jobRow) ([]byte, error) {
 		out := &jobOutput{id: row.ID}
-		ctx = withOutput(ctx, out)
+		ctx = withRunning(withOutput(ctx, out), &runningJob{c: c, db: c.db, row: row, lease: true})
 		run := c.kinds[row.Kind]
 		c.startedJob(ctx, row)
 		err := h.run(ctx, func() *WorkInfo { return jobWorkInfo(row, row.Attempts) }, func() error {

@@ -21,6 +21,7 @@ import (
 //	bunqueue_queues        the paused queues
 //	bunqueue_periodic      the periodic jobs' ticks
 //	bunqueue_slots         the slots of GlobalLimit, KeyLimit and RateLimit
+//	bunqueue_job_deps      the dependencies of workflows' jobs (EnqueueWorkflow)
 //	bunqueue_processes     the started clients and their heartbeats
 //	bunqueue_migrations    the schema versions applied
 //

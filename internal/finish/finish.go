@@ -51,8 +51,17 @@ func New(s jobsql.SQL, keep bool, prepared Prepared) Finisher {
 // that recorded one (by id in outputs; nil: none did). Those without an
 // output are completed by one statement (keepOutputs): one job by its
 // prepared statement when prep and there is one, several by one
-// statement. Final: completed.
-func (f Finisher) CompleteHeld(ctx context.Context, tx bun.Tx, prep bool, ids []int64, outputs map[int64][]byte) error {
+// statement. flows holds the flow of those that take part in a workflow
+// (nil: none does), whose dependents it settles. Final: completed.
+func (f Finisher) CompleteHeld(ctx context.Context, tx bun.Tx, prep bool, ids []int64, outputs map[int64][]byte, flows map[int64]int) error {
+	if err := f.completeHeld(ctx, tx, prep, ids, outputs); err != nil {
+		return err
+	}
+	return f.settleCompleted(ctx, tx, flows)
+}
+
+// completeHeld is CompleteHeld's completion of the jobs themselves.
+func (f Finisher) completeHeld(ctx context.Context, tx bun.Tx, prep bool, ids []int64, outputs map[int64][]byte) error {
 	ids, err := f.keepOutputs(ctx, tx, ids, "", outputs)
 	if err != nil || len(ids) == 0 {
 		return err
@@ -81,13 +90,27 @@ func (f Finisher) CompleteHeld(ctx context.Context, tx bun.Tx, prep bool, ids []
 // order of their ids, as every completion does, and returns the ids it
 // completed. Final: completed.
 func (f Finisher) CompleteLeased(ctx context.Context, tx bun.Tx, ids []int64, token string, outputs map[int64][]byte) ([]int64, error) {
-	held, err := f.sql.LockLeased(ctx, tx, ids, token)
-	if err != nil || len(held) == 0 {
+	locked, err := f.sql.LockLeased(ctx, tx, ids, token)
+	if err != nil || len(locked) == 0 {
 		return nil, err
+	}
+	held := make([]int64, len(locked))
+	var flows map[int64]int
+	for i, j := range locked {
+		held[i] = j.ID
+		if j.Flow != 0 {
+			if flows == nil {
+				flows = map[int64]int{}
+			}
+			flows[j.ID] = j.Flow
+		}
 	}
 	rest, err := f.keepOutputs(ctx, tx, held, token, outputs)
 	if err == nil && len(rest) > 0 {
 		err = f.sql.CompleteLeased(ctx, tx, f.keep, rest)
+	}
+	if err == nil {
+		err = f.settleCompleted(ctx, tx, flows)
 	}
 	if err != nil {
 		return nil, err
@@ -97,10 +120,15 @@ func (f Finisher) CompleteLeased(ctx context.Context, tx bun.Tx, ids []int64, to
 
 // CompleteLease completes the job id if it is still leased with token
 // (lease mode, a job completed on its own), kept with output as its
-// output if it recorded one (nil: none). It reports whether it completed
-// the job. Final: completed.
-func (f Finisher) CompleteLease(ctx context.Context, tx bun.Tx, id int64, token string, output []byte) (bool, error) {
-	return f.sql.Complete(ctx, tx, f.keep || output != nil, id, token, output)
+// output if it recorded one (nil: none), and settles its dependents if
+// its flow says it takes part in a workflow. It reports whether it
+// completed the job. Final: completed.
+func (f Finisher) CompleteLease(ctx context.Context, tx bun.Tx, id int64, token string, output []byte, flow int) (bool, error) {
+	done, err := f.sql.Complete(ctx, tx, f.keep || output != nil, id, token, output)
+	if err != nil || !done || flow == 0 {
+		return done, err
+	}
+	return true, f.settleCompleted(ctx, tx, map[int64]int{id: flow})
 }
 
 // keepOutputs completes the jobs of ids, which tx holds (with a lease
@@ -153,10 +181,20 @@ func (f Finisher) Retry(ctx context.Context, tx bun.Tx, id int64, token string, 
 // its error text: a worker's last attempt or its Cancel (attempted: the
 // failure ends attempt number attempts, whose error joins its attempt
 // errors), or a cancel between attempts (not attempted). With a lease
-// token, only if it is still leased with it. It reports whether it moved
-// the job. Final: failed for good, or cancelled.
-func (f Finisher) Fail(ctx context.Context, tx bun.Tx, id int64, token string, attempts int, text string, attempted bool) (bool, error) {
-	return f.sql.MoveToFailed(ctx, tx, id, token, attempts, text, attempted)
+// token, only if it is still leased with it. flow is the job's: if it
+// takes part in a workflow, its dependents' policies are applied. It
+// reports whether it moved the job. Final: failed for good, or
+// cancelled.
+func (f Finisher) Fail(ctx context.Context, tx bun.Tx, id int64, token string, attempts int, text string, attempted bool, flow int) (bool, error) {
+	moved, err := f.sql.MoveToFailed(ctx, tx, id, token, attempts, text, attempted)
+	if err != nil || !moved || flow == 0 {
+		return moved, err
+	}
+	how := EndFailed
+	if !attempted {
+		how = EndCancelled
+	}
+	return true, f.settleEnded(ctx, tx, id, flow, how)
 }
 
 // RunNow makes the job id, which tx holds locked, due now.
@@ -164,10 +202,14 @@ func (f Finisher) RunNow(ctx context.Context, tx bun.Tx, id int64) error {
 	return f.sql.RunNow(ctx, tx, id)
 }
 
-// Delete deletes the job id, which tx holds locked, from the jobs table.
-// Final: deleted.
-func (f Finisher) Delete(ctx context.Context, tx bun.Tx, id int64) error {
-	return f.sql.DeleteJob(ctx, tx, id)
+// Delete deletes the job id, which tx holds locked, from the jobs table;
+// flow is the job's, whose dependents' policies are applied if it takes
+// part in a workflow. Final: deleted.
+func (f Finisher) Delete(ctx context.Context, tx bun.Tx, id int64, flow int) error {
+	if err := f.sql.DeleteJob(ctx, tx, id); err != nil || flow == 0 {
+		return err
+	}
+	return f.settleEnded(ctx, tx, id, flow, EndDeleted)
 }
 
 // DeleteFailed deletes the failed job whose id in the failed-jobs table

@@ -18,7 +18,7 @@ import (
 // model that GetJob, LockJob and ListJobs scan into has a field for each.
 func (s SQL) JobColumns() string {
 	return "id, queue, kind, args, metadata, priority, state, attempts, max_attempts, run_at, created_at, completed_at, " +
-		"last_error, unique_key, lease_token, output, " + AttemptErrorsColumn + ", CASE WHEN run_at <= " + s.d.Now() + " THEN 1 ELSE 0 END AS due"
+		"last_error, unique_key, lease_token, output, " + AttemptErrorsColumn + ", " + FlowColumn + ", CASE WHEN run_at <= " + s.d.Now() + " THEN 1 ELSE 0 END AS due"
 }
 
 // The indexes that serve ListJobs and FailedByJobID, without the tables'
@@ -178,8 +178,8 @@ type Listing struct {
 	Index string
 }
 
-// ListJobs reads the jobs of the jobs table in state (Waiting or
-// Completed) that f selects, newest first (by id), into dest, a pointer
+// ListJobs reads the jobs of the jobs table in state (Waiting, Completed
+// or Blocked) that f selects, newest first (by id), into dest, a pointer
 // to a slice of a model with the JobColumns: the statement of
 // JobsListing.
 func (s SQL) ListJobs(ctx context.Context, db bun.IDB, state int, f ListFilter, dest any) error {

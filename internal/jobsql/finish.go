@@ -124,13 +124,15 @@ const CompletedIndex = "jobs_completed"
 
 // DeleteCompleted deletes, by primary key, up to limit of the jobs of
 // queues kept completed that completed more than age ago, oldest first;
-// with bare, only those that recorded no output. It reads through the
+// with bare, only those that recorded no output; never one that an
+// unfinished dependent still has a dependency row on (unneeded). It reads through the
 // (state, completed_at, id) index, from its oldest entry, and steps over
 // the jobs of other queues (and, with bare, the outputs) among those
 // that completed before age. It returns how many it found to delete:
 // fewer than limit when no more are due.
 func (s SQL) DeleteCompleted(ctx context.Context, db bun.IDB, queues []string, age time.Duration, bare bool, limit int) (int, error) {
-	q := "SELECT id FROM " + s.t.Jobs + s.hint(s.t.Index(CompletedIndex)) + " WHERE state = ? AND completed_at < " + s.d.NowPlus(-age) + " AND queue IN (?)"
+	q := "SELECT id FROM " + s.t.Jobs + " AS j" + s.hint(s.t.Index(CompletedIndex)) + " WHERE state = ? AND completed_at < " + s.d.NowPlus(-age) + " AND queue IN (?)" +
+		s.unneeded()
 	if bare {
 		q += " AND output IS NULL"
 	}
@@ -140,4 +142,12 @@ func (s SQL) DeleteCompleted(ctx context.Context, db bun.IDB, queues []string, a
 		err = exec(ctx, db, "DELETE FROM "+s.t.Jobs+" WHERE id IN (?) AND state = ?", bun.List(ids), Completed)
 	}
 	return len(ids), err
+}
+
+// unneeded is the condition, on the jobs table as j, that keeps a
+// completed job from the cleaner while a dependent that has not finished
+// needs it (its output): a job with dependents whose rows remain. A job
+// outside any workflow (flow 0) is not looked up.
+func (s SQL) unneeded() string {
+	return " AND (" + FlowColumn + " = 0 OR NOT EXISTS (SELECT 1 FROM " + s.t.JobDeps + " d WHERE d.depends_on = j.id))"
 }

@@ -46,13 +46,15 @@ func (s SQL) Leased(ctx context.Context, db bun.IDB, ids []int64, token string) 
 
 // LockLeased locks, in tx, those of the jobs of ids that are still
 // leased with token, in the order of their ids (the order every
-// completion takes them in), and returns their ids.
-func (s SQL) LockLeased(ctx context.Context, tx bun.IDB, ids []int64, token string) ([]int64, error) {
-	q := "SELECT id FROM " + s.byIDs() + " WHERE id IN (?) AND lease_token = ? ORDER BY id"
+// completion takes them in), and returns them: their ids and their flow
+// (read by the same statement, so that a job's dependents added while
+// it ran are not missed).
+func (s SQL) LockLeased(ctx context.Context, tx bun.IDB, ids []int64, token string) ([]FlowJob, error) {
+	q := "SELECT id, state, " + FlowColumn + ", lease_token FROM " + s.byIDs() + " WHERE id IN (?) AND lease_token = ? ORDER BY id"
 	if lock := s.d.ForUpdate(); lock != "" {
 		q += " FOR " + lock
 	}
-	var ours []int64
+	var ours []FlowJob
 	err := scan(ctx, tx, &ours, q, bun.List(ids), token)
 	return ours, err
 }

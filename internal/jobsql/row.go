@@ -29,6 +29,9 @@ type Row struct {
 	LeaseToken  *string
 	// TraceContext is the carrier of the span that enqueued the job.
 	TraceContext []byte
+	// Flow is the job's workflow bits (FlowDependents, FlowDependencies):
+	// 0 for a job outside any workflow.
+	Flow int
 	// WaitedUS is what a claim read of the job's wait, in microseconds
 	// on the database clock (SQL.WaitColumn), and ClaimedAt when that
 	// claim's statement ran, on this process's clock (see Row.Waited).

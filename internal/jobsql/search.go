@@ -8,9 +8,9 @@ import (
 	"github.com/uptrace/bun"
 )
 
-// Sources are the reads of a job listing: the jobs table's Waiting and
-// Completed jobs, and the failed jobs.
-type Sources struct{ Waiting, Completed, Failed bool }
+// Sources are the reads of a job listing: the jobs table's Waiting,
+// Completed and Blocked jobs, and the failed jobs.
+type Sources struct{ Waiting, Completed, Blocked, Failed bool }
 
 // ScanRange is the part of a listing that one page of a search looks
 // through: the newest Rows jobs of the sources below the filter's
@@ -54,6 +54,9 @@ func (s SQL) searchRangeQuery(src Sources, f ListFilter, limit int) (string, []a
 	}
 	if src.Completed {
 		reads = append(reads, s.jobsRead(Completed, f, "id"))
+	}
+	if src.Blocked {
+		reads = append(reads, s.jobsRead(Blocked, f, "id"))
 	}
 	if src.Failed {
 		reads = append(reads, s.failedRead(f, "job_id AS id"))

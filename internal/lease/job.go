@@ -120,7 +120,7 @@ func (j *leasedJob) leaseGone(lost bool, err error) error {
 // lease was no longer this worker's.
 func (j *leasedJob) complete(ctx context.Context) (changed bool, err error) {
 	err = j.inTx(ctx, func(ctx context.Context, tx bun.Tx) (err error) {
-		changed, err = j.l.Env.Finisher().CompleteLease(ctx, tx, j.row.ID, j.token, j.output)
+		changed, err = j.l.Env.Finisher().CompleteLease(ctx, tx, j.row.ID, j.token, j.output, j.row.Flow)
 		return err
 	})
 	return changed, err

@@ -241,6 +241,31 @@ func mysqlMigrations(n tables.Names) []Migration {
 				ifMissing("COLUMNS", n.Bare(tables.FailedJobs), "column_name = '"+AttemptErrorsColumn+"'", `ALTER TABLE `+n.FailedJobs+` ADD COLUMN `+AttemptErrorsColumn+` `+attemptErrorsType)...),
 		},
 		{
+			Version: 9,
+			Name:    "job dependencies",
+			// flow is a job's place in a workflow, bits: 1 other jobs
+			// depend on it, 2 it depends on others; 0 for every other job,
+			// whose completion runs no statement on the dependencies. A job
+			// that waits for its dependencies has state 2 (blocked), which
+			// the claim index's state = 0 never reads. One row of job_deps
+			// per job (job_id) and job it depends on (depends_on), kept
+			// until the dependent finishes: name is the dependency's name in
+			// its group, policy what its failure does (1 cancel the
+			// dependent, 2 ignore it), done 1 once it completed. The ALTER
+			// checks first that its column is missing, as version 7's do.
+			Statements: append(
+				ifMissing("COLUMNS", n.Bare(tables.Jobs), "column_name = '"+FlowColumn+"'", `ALTER TABLE `+n.Jobs+` ADD COLUMN `+FlowColumn+` TINYINT NOT NULL DEFAULT 0`),
+				`CREATE TABLE IF NOT EXISTS `+n.JobDeps+` (
+	job_id BIGINT NOT NULL,
+	depends_on BIGINT NOT NULL,
+	name VARBINARY(255) NOT NULL,
+	policy TINYINT NOT NULL,
+	done TINYINT NOT NULL DEFAULT 0,
+	PRIMARY KEY (job_id, depends_on),
+	KEY `+n.Index(DepsOnIndex)+` (depends_on, job_id)
+) ENGINE=InnoDB`),
+		},
+		{
 			Version: 10,
 			Name:    "process registry",
 			// One row per started client: who it is, its queues as JSON
@@ -266,6 +291,14 @@ func mysqlMigrations(n tables.Names) []Migration {
 		},
 	}
 }
+
+// FlowColumn is the jobs table's column of version 9 that says whether a
+// job has dependents or dependencies.
+const FlowColumn = "flow"
+
+// DepsOnIndex is the index of version 9 on job_deps (depends_on, job_id):
+// the dependents of a job.
+const DepsOnIndex = "job_deps_on"
 
 // AttemptErrorsColumn is the column of version 8, on the jobs and the
 // failed jobs, that holds a job's failed attempts.

@@ -139,6 +139,22 @@ func Postgres(n tables.Names) Schema {
 				},
 			},
 			{
+				Version: 9,
+				Name:    "job dependencies",
+				Statements: []string{
+					`ALTER TABLE ` + n.Jobs + ` ADD COLUMN IF NOT EXISTS ` + FlowColumn + ` SMALLINT NOT NULL DEFAULT 0`,
+					`CREATE TABLE IF NOT EXISTS ` + n.JobDeps + ` (
+	job_id BIGINT NOT NULL,
+	depends_on BIGINT NOT NULL,
+	name VARCHAR(255) NOT NULL,
+	policy SMALLINT NOT NULL,
+	done SMALLINT NOT NULL DEFAULT 0,
+	PRIMARY KEY (job_id, depends_on)
+)`,
+					`CREATE INDEX IF NOT EXISTS ` + n.Index(DepsOnIndex) + ` ON ` + n.JobDeps + ` (depends_on, job_id)`,
+				},
+			},
+			{
 				Version: 10,
 				Name:    "process registry",
 				Statements: []string{

@@ -142,6 +142,22 @@ func SQLite(n tables.Names) Schema {
 				},
 			},
 			{
+				Version: 9,
+				Name:    "job dependencies",
+				Statements: []string{
+					`ALTER TABLE ` + n.Jobs + ` ADD COLUMN ` + FlowColumn + ` INTEGER NOT NULL DEFAULT 0`,
+					`CREATE TABLE IF NOT EXISTS ` + n.JobDeps + ` (
+	job_id INTEGER NOT NULL,
+	depends_on INTEGER NOT NULL,
+	name TEXT NOT NULL,
+	policy INTEGER NOT NULL,
+	done INTEGER NOT NULL DEFAULT 0,
+	PRIMARY KEY (job_id, depends_on)
+)`,
+					`CREATE INDEX IF NOT EXISTS ` + n.Index(DepsOnIndex) + ` ON ` + n.JobDeps + ` (depends_on, job_id)`,
+				},
+			},
+			{
 				Version: 10,
 				Name:    "process registry",
 				Statements: []string{
