@@ -14,7 +14,7 @@ import (
 
 // browserStates are the job browser's tabs, in the order of a job's life.
 var browserStates = []bunqueue.JobState{
-	bunqueue.JobStatePending, bunqueue.JobStateScheduled, bunqueue.JobStateRunning,
+	bunqueue.JobStateBlocked, bunqueue.JobStatePending, bunqueue.JobStateScheduled, bunqueue.JobStateRunning,
 	bunqueue.JobStateRetrying, bunqueue.JobStateFailed, bunqueue.JobStateCompleted,
 }
 
