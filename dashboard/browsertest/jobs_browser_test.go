@@ -71,7 +71,7 @@ func TestJobPagesInBrowser(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx, chromedp.KeyEvent("\t")))
 	focused, err = chromedp.Run(ctx, chromedp.Evaluate[string](`document.activeElement.textContent`))
 	require.NoError(t, err)
-	require.Equal(t, "pending", focused)
+	require.Equal(t, "blocked", focused, "the tabs are in the order of a job's life: blocked first")
 
 	// The job's page, from its link.
 	require.NoError(t, chromedp.Do(ctx,
