@@ -136,7 +136,7 @@ type JobQueueConfig struct {
 	// (jobs without one are not limited): see QueueConfig.KeyRate.
 	KeyRate Rate
 
-	// Retention keeps this queue's completed jobs in bunqueue_jobs for
+	// Retention keeps this queue's completed jobs in the jobs table for
 	// this long after they completed; then the cleaner of a client that
 	// runs the queue deletes them (see Config.Retention). Zero means
 	// Config.Retention; where that is zero too, a job is deleted as it
@@ -239,7 +239,7 @@ type Config struct {
 	// this client, jobs queues included, before the queues' own.
 	Hooks []Hook
 
-	// Retention keeps completed jobs in bunqueue_jobs for this long, in
+	// Retention keeps completed jobs in the jobs table for this long, in
 	// the jobs queues whose JobQueueConfig.Retention is zero. A client
 	// that runs jobs (a worker was added with AddWorker) has a cleaner
 	// that deletes, in batches by primary key, the completed jobs of the

@@ -21,7 +21,7 @@ type FailedJob struct {
 
 	// ID is the failed job's id in bunqueue_failed_jobs.
 	ID int64 `bun:",pk,autoincrement"`
-	// JobID is the id the job had in bunqueue_jobs.
+	// JobID is the id the job had in the jobs table.
 	JobID int64
 	Queue string
 	Kind  string

@@ -23,7 +23,7 @@ type JobArgs interface {
 
 // Job is a job of the jobs table, with its decoded arguments.
 type Job[T JobArgs] struct {
-	// ID is the job's primary key in bunqueue_jobs.
+	// ID is the job's primary key in the jobs table.
 	ID int64
 	// Queue is the name of the job's queue.
 	Queue string

@@ -59,7 +59,7 @@ var jobStates = []JobState{JobStateBlocked, JobStatePending, JobStateScheduled, 
 var (
 	// ErrJobNotFound is wrapped by the errors of JobGet, JobCancel,
 	// JobDelete and JobRunNow for an id that is neither a job's of
-	// bunqueue_jobs nor a failed job's job id: it never was, or it
+	// the jobs table nor a failed job's job id: it never was, or it
 	// completed and was not kept, or was deleted.
 	ErrJobNotFound = errors.New("bunqueue: no job with that id")
 	// ErrJobRunning is wrapped by the errors of JobCancel, JobDelete and
@@ -82,10 +82,10 @@ var (
 // bunqueue_failed_jobs.
 const cancelledText = "bunqueue: cancelled with JobCancel"
 
-// JobRecord is a job as JobGet and JobList read it: from bunqueue_jobs,
+// JobRecord is a job as JobGet and JobList read it: from the jobs table,
 // or, for a failed job, from bunqueue_failed_jobs (Failed).
 type JobRecord struct {
-	// ID is the job's id in bunqueue_jobs; for a failed job, the id it
+	// ID is the job's id in the jobs table; for a failed job, the id it
 	// had there (FailedJob.JobID).
 	ID    int64
 	Queue string

@@ -34,7 +34,8 @@ type QueueStats struct {
 	// Kind says whether the queue is over a table of the app's or the
 	// jobs table.
 	Kind QueueKind `json:"kind"`
-	// Table is the queue's table: the model's, or bunqueue_jobs.
+	// Table is the queue's table: the model's, or the client's jobs table
+	// (bunqueue_jobs, or its name under Config.Tables).
 	Table string `json:"table"`
 	// Workers is the number of worker goroutines the queue has in this
 	// process once the client is started.
