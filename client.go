@@ -66,6 +66,7 @@ type Client struct {
 	procMu   sync.Mutex
 	proc     procsql.Row // the client's row of the process registry, once registered
 	counts   counters    // what the workers did, for Stats
+	histOff  atomic.Bool // the history table is missing (a schema before version 12)
 	sig      signaling   // notifications between processes (listen.go)
 	// jobFeeds, set by Start, are the feeds of the jobs queues, by name,
 	// for handOver.

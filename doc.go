@@ -172,7 +172,11 @@
 //
 // [Client.Stats] and [Client.RecentFailures] report each queue's state in
 // this process, and [Client.History] its last hour a minute at a time,
-// with, for a jobs queue, how long the jobs it started had been due. Package github.com/bunqueue/bunqueue/dashboard serves them,
+// with, for a jobs queue, how long the jobs it started had been due.
+// [Client.Processes] lists every process that runs queues on the
+// database, and [Client.FleetHistory] the whole fleet's last hour by the
+// minute and last day by the quarter hour, which every started client
+// adds to with its heartbeat. Package github.com/bunqueue/bunqueue/dashboard serves them,
 // and the failed jobs, as an http.Handler to mount behind the
 // application's own authentication; the command
 // github.com/bunqueue/bunqueue/cmd/bunqueue migrates, reports and manages

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/bunqueue/bunqueue/internal/backoff"
+	"github.com/bunqueue/bunqueue/internal/histsql"
 	"github.com/bunqueue/bunqueue/internal/limit"
 	"github.com/bunqueue/bunqueue/internal/procsql"
 )
@@ -28,10 +28,12 @@ const ProcessStaleBeats = procsql.StaleBeats
 // shown as stale, before another process's heartbeat deletes its row.
 const ProcessForgetAfter = procsql.ForgetAfter
 
-// forgetEvery is how many heartbeats pass between a process's deletions
-// of the forgotten rows: the heartbeat's one statement, and now and then
-// a second.
-const forgetEvery = 12
+// upkeepEvery is how many heartbeats pass between a process's turns at
+// the fleet's upkeep (a minute at the default interval): each process
+// then claims or renews the upkeep's lease, one statement, and the one
+// that holds it deletes the forgotten processes, samples the depths and
+// rolls the history up.
+const upkeepEvery = 12
 
 // Process is a started client as the process registry shows it: every
 // client that runs on the database (in the client's Tables), in any app
@@ -187,41 +189,9 @@ func (c *Client) register(ctx context.Context) bool {
 	return true
 }
 
-// heartbeat registers the client, then refreshes its row every
-// HeartbeatInterval until Stop, adding it again if it is gone, and deletes
-// the forgotten rows of any process every forgetEvery beats.
-func (c *Client) heartbeat(ctx context.Context) {
-	defer c.workers.Done()
-	if !c.register(ctx) {
-		return
-	}
-	every, sql, id := c.cfg.HeartbeatInterval, c.procSQL(), c.processID()
-	for beat := 1; ; beat++ {
-		t := time.NewTimer(backoff.Jitter(every, 0.1))
-		select {
-		case <-c.stopping:
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		found, err := sql.Beat(ctx, c.db, id, c.processQueues(), every)
-		if err == nil && !found {
-			c.procMu.Lock()
-			row := c.proc
-			c.procMu.Unlock()
-			row.Queues = c.processQueues()
-			err = sql.Insert(ctx, c.db, row, every)
-		}
-		if err == nil && beat%forgetEvery == 0 {
-			err = sql.Forget(ctx, c.db)
-		}
-		if err != nil && ctx.Err() == nil {
-			c.cfg.Logger.WarnContext(ctx, "bunqueue: process heartbeat", "error", err)
-		}
-	}
-}
-
-// unregister deletes the client's row at Stop.
+// unregister deletes the client's row at Stop, once it added what it
+// counted since its last heartbeat to the fleet's history and gave up
+// the upkeep's lease if it held it.
 func (c *Client) unregister() {
 	id := c.processID()
 	if id == "" {
@@ -229,6 +199,10 @@ func (c *Client) unregister() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	c.flushHistory(ctx)
+	if err := c.histSQL().Release(ctx, c.db, histsql.UpkeepLease, id); err != nil && !c.dialect.MissingTable(err) {
+		c.cfg.Logger.WarnContext(ctx, "bunqueue: give up the history's lease (it expires instead)", "error", err)
+	}
 	if err := c.procSQL().Delete(ctx, c.db, id); err != nil {
 		c.cfg.Logger.WarnContext(ctx, "bunqueue: remove this process from the registry (it goes stale instead)", "error", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bunqueue/bunqueue/internal/engine"
+	"github.com/bunqueue/bunqueue/internal/histsql"
 	"github.com/bunqueue/bunqueue/internal/stats"
 )
 
@@ -205,8 +206,13 @@ func (c *Client) RecentFailures() []Failure {
 }
 
 // counters are a client's in-memory counts behind Stats, History and
-// RecentFailures, by queue name. The zero value is ready to use.
-type counters struct{ stats.Counters }
+// RecentFailures, by queue name, and those its heartbeat has yet to add
+// to the fleet's history. The zero value is ready to use.
+type counters struct {
+	stats.Counters
+	// pending is what the next heartbeat adds to the fleet's history.
+	pending histsql.Pending
+}
 
 // read fills in st's in-memory figures, as of now.
 func (m *counters) read(st *QueueStats, now time.Time) {
@@ -235,6 +241,7 @@ func (m *counters) add(queue string, processed int, completed func() []string, e
 		}
 	}
 	m.Add(queue, processed, completed, failures, now)
+	m.pending.Done(queue, processed, len(failures))
 }
 
 // failure describes err, an item's error, as a Failure.

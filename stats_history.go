@@ -57,12 +57,13 @@ func (c *Client) History(queue string) QueueHistory {
 	return QueueHistory(c.counts.History(queue, time.Now()))
 }
 
-// startedJob counts, for Client.History and the bunqueue.job.wait
-// histogram, the start of the job of row, now, with its wait before
+// startedJob counts, for Client.History, the fleet's history and the
+// bunqueue.job.wait histogram, the start of the job of row, now, with its wait before
 // start.
 func (c *Client) startedJob(ctx context.Context, row *jobRow) {
 	if d, ok := row.Waited(); ok {
 		c.counts.Started(row.Queue, d, time.Now())
+		c.counts.pending.Started(row.Queue, d)
 		c.tel.RecordWait(ctx, row.Queue, d)
 	}
 }

@@ -23,6 +23,8 @@ import (
 //	bunqueue_slots         the slots of GlobalLimit, KeyLimit and RateLimit
 //	bunqueue_job_deps      the dependencies of workflows' jobs (EnqueueWorkflow)
 //	bunqueue_processes     the started clients and their heartbeats
+//	bunqueue_history       the fleet's counts by minute and quarter hour
+//	bunqueue_leases        the lease of the fleet's upkeep
 //	bunqueue_migrations    the schema versions applied
 //
 // which Migrate creates, in the connection's database (on PostgreSQL, the

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"fmt"
+	"html/template"
 	"strconv"
 	"strings"
 	"time"
@@ -51,10 +52,16 @@ type mark struct {
 type queueCharts struct {
 	Queue  string
 	Charts []chart
+	// Fleet says that the charts are the whole fleet's, and Toggle is
+	// the link to the other scope ("" for none): the section's heading
+	// reads them from the first queue's.
+	Fleet  bool
+	Toggle template.URL
 }
 
-// chartsOf returns the charts of each queue's history.
-func chartsOf(hist []QueueHistory) []queueCharts {
+// chartsOf returns the charts of each queue's history, toggle the link
+// to the history of the other scope ("" for none).
+func chartsOf(hist []QueueHistory, toggle template.URL) []queueCharts {
 	out := make([]queueCharts, 0, len(hist))
 	for _, qh := range hist {
 		depth := make([]int64, len(qh.Depth))
@@ -69,7 +76,7 @@ func chartsOf(hist []QueueHistory) []queueCharts {
 		if qh.Kind == bunqueue.QueueKindJobs { // a table's rows have no due time
 			charts = append(charts, waitChart(qh.QueueHistory))
 		}
-		out = append(out, queueCharts{Queue: qh.Queue, Charts: charts})
+		out = append(out, queueCharts{Queue: qh.Queue, Charts: charts, Fleet: qh.Fleet, Toggle: toggle})
 	}
 	return out
 }

@@ -103,7 +103,7 @@ func TestChartsEscape(t *testing.T) {
 	name := `<script>alert(1)</script>"`
 	qh := QueueHistory{QueueHistory: bunqueue.QueueHistory{Queue: name, From: chartFrom,
 		Processed: make([]int64, bunqueue.HistoryMinutes), Failed: make([]int64, bunqueue.HistoryMinutes)}, Depth: make([]int, bunqueue.HistoryMinutes)}
-	html := renderChart(t, "charts", view{Charts: chartsOf([]QueueHistory{qh})})
+	html := renderChart(t, "charts", view{Charts: chartsOf([]QueueHistory{qh}, "")})
 	require.NotContains(t, html, "<script>")
 	require.Contains(t, html, "&lt;script&gt;alert(1)&lt;/script&gt;&#34;")
 	require.Equal(t, 3, strings.Count(html, "<svg "), "three charts a queue")
@@ -116,7 +116,7 @@ func TestChartsWaitForJobsQueuesOnly(t *testing.T) {
 	hist := func(kind bunqueue.QueueKind) QueueHistory {
 		return QueueHistory{QueueHistory: waitHistory(nil), Kind: kind, Depth: make([]int, bunqueue.HistoryMinutes)}
 	}
-	charts := chartsOf([]QueueHistory{hist(bunqueue.QueueKindJobs), hist(bunqueue.QueueKindTable)})
+	charts := chartsOf([]QueueHistory{hist(bunqueue.QueueKindJobs), hist(bunqueue.QueueKindTable)}, "")
 	require.Len(t, charts[0].Charts, 4)
 	require.Equal(t, "wait", charts[0].Charts[3].Class)
 	require.Len(t, charts[1].Charts, 3, "a table's rows have no due time")

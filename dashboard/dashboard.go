@@ -7,8 +7,9 @@
 // The page shows each queue of the client (its table or the jobs table,
 // depth, rows in flight, rows processed and failed in the last minute and
 // hour, workers, the limits in force, paused or not), charts of each queue's last hour (processed and failed
-// per minute, from Client.History, and the depth the dashboard read each
-// minute, drawn as inline SVG by the server), the failed jobs, newest
+// per minute, the whole fleet's from Client.FleetHistory, or with
+// ?scope=process this process's from Client.History, and the depth,
+// drawn as inline SVG by the server), the failed jobs, newest
 // first, a page at a time, with their payload, error, attempts and time,
 // and the latest failures in this process, grouped by queue and error,
 // ten groups a page. With Options.Clients it

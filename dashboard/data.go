@@ -29,8 +29,12 @@ type Data struct {
 	// when the dashboard shows several (Options.Clients); else absent.
 	QueueClients []string `json:"queue_clients,omitempty"`
 	// History is each queue's last hour, a minute a slot, in the order
-	// of Queues.
+	// of Queues: the whole fleet's (Client.FleetHistory), or this
+	// process's with Filter.Scope "process" or where the fleet's history
+	// cannot be read (a schema before version 12).
 	History []QueueHistory `json:"history"`
+	// HistoryScope says whose History is: "fleet" or "process".
+	HistoryScope string `json:"history_scope"`
 	// RecentFailures are the latest failures in this process, newest
 	// first (Client.RecentFailures).
 	RecentFailures []bunqueue.Failure `json:"recent_failures"`
@@ -56,6 +60,9 @@ type Filter struct {
 	Queue    string `json:"queue,omitempty"`
 	Kind     string `json:"kind,omitempty"`
 	BeforeID int64  `json:"before_id,omitempty"`
+	// Scope is "process" for the charts of this process's last hour
+	// instead of the whole fleet's (query parameter scope).
+	Scope string `json:"scope,omitempty"`
 }
 
 // FailedJob is a failed job as the dashboard shows it. Args and Error
@@ -92,6 +99,9 @@ func cut(s string) string {
 // filterOf reads the filter of r's query.
 func filterOf(q url.Values) Filter {
 	f := Filter{Queue: q.Get("queue"), Kind: q.Get("kind")}
+	if q.Get("scope") == scopeProcess {
+		f.Scope = scopeProcess
+	}
 	if b, err := strconv.ParseInt(q.Get("before"), 10, 64); err == nil && b > 0 {
 		f.BeforeID = b
 	}
@@ -115,7 +125,7 @@ func (h *handler) data(r *http.Request) *Data {
 	if err != nil {
 		d.QueuesError = err.Error()
 	}
-	d.History = h.history(queues, owners)
+	d.History, d.HistoryScope = h.history(r.Context(), queues, owners, d.Filter.Scope != scopeProcess)
 	jobs, err := h.client.FailedJobs(r.Context(), bunqueue.FailedJobsFilter{
 		Queue: d.Filter.Queue, Kind: d.Filter.Kind, BeforeID: d.Filter.BeforeID, Limit: h.opts.PageSize,
 	})

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"time"
 
 	"github.com/bunqueue/bunqueue"
@@ -14,11 +15,14 @@ type QueueHistory struct {
 	// Kind is the queue's kind, as Client.Stats says: only a jobs queue
 	// has waits before start.
 	Kind bunqueue.QueueKind `json:"kind"`
-	// Depth is, for each minute, the last depth this dashboard read in it
+	// Depth is, for each minute, in the fleet's history the largest depth
+	// the holder of the upkeep's lease sampled in it (FleetPoint.Depth),
+	// and in this process's the last depth this dashboard read in it
 	// (Client.Stats, read when a page or its refresh asks, at most once a
-	// second), or -1 when it read none: no page was open then, or the
-	// count failed.
+	// second); -1 where there is none.
 	Depth []int `json:"depth"`
+	// Fleet says that the history is the whole fleet's.
+	Fleet bool `json:"fleet"`
 }
 
 // depths are the depths a dashboard read, by queue, one a minute.
@@ -68,8 +72,14 @@ func (d depths) series(queue string, from time.Time) []int {
 }
 
 // history returns the last hour of each of queues, whose clients are
-// owners.
-func (h *handler) history(queues []bunqueue.QueueStats, owners []int) []QueueHistory {
+// owners, and whose it is: the whole fleet's if fleet is set and every
+// queue's fleet history could be read, else this process's.
+func (h *handler) history(ctx context.Context, queues []bunqueue.QueueStats, owners []int, fleet bool) ([]QueueHistory, string) {
+	if fleet {
+		if out, err := h.fleetHistory(ctx, queues, owners); err == nil {
+			return out, scopeFleet
+		}
+	}
 	out := make([]QueueHistory, 0, len(queues))
 	for i, st := range queues {
 		qh := h.clients[owners[i]].Client.History(st.Name)
@@ -78,5 +88,5 @@ func (h *handler) history(queues []bunqueue.QueueStats, owners []int) []QueueHis
 		h.mu.Unlock()
 		out = append(out, QueueHistory{QueueHistory: qh, Kind: st.Kind, Depth: d})
 	}
-	return out
+	return out, scopeProcess
 }

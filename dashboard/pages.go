@@ -62,7 +62,7 @@ var funcs = template.FuncMap{
 // view returns the template data of r.
 func (h *handler) view(w http.ResponseWriter, r *http.Request) *view {
 	d := h.data(r)
-	v := &view{Data: d, Title: h.opts.Title, RefreshMS: h.opts.RefreshInterval.Milliseconds(), Notice: h.notice(r), Charts: namedCharts(chartsOf(d.History), d.QueueClients),
+	v := &view{Data: d, Title: h.opts.Title, RefreshMS: h.opts.RefreshInterval.Milliseconds(), Notice: h.notice(r), Charts: namedCharts(chartsOf(d.History, d.scopeToggle()), d.QueueClients),
 		Failures: h.groupFailures(d, recentPageOf(r.URL.Query()))}
 	if h.opts.AllowActions {
 		v.CSRF = h.csrfToken(w, r)
@@ -90,6 +90,9 @@ func (v *view) query(before int64, recent int) string {
 	}
 	if recent > 1 {
 		q.Set(recentParam, strconv.Itoa(recent))
+	}
+	if v.Filter.Scope != "" {
+		q.Set("scope", v.Filter.Scope)
 	}
 	return q.Encode()
 }

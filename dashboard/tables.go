@@ -130,7 +130,8 @@ func (h *handler) queueView(w http.ResponseWriter, r *http.Request) (*queueView,
 	if err != nil && v.Queue.Depth < 0 {
 		v.StatsError = err.Error()
 	}
-	v.Charts = chartsOf(h.history([]bunqueue.QueueStats{*v.Queue}, []int{owner}))
+	hist, _ := h.history(r.Context(), []bunqueue.QueueStats{*v.Queue}, []int{owner}, false)
+	v.Charts = chartsOf(hist, "")
 	v.Failing = failingRows(v.Name, h.clients[owner].Client.RecentFailures())
 	v.FailedRows, v.FailedRowsTotal, v.FailedRowsError, v.HasFailedRows = h.failedRows(r.Context(), v.Name)
 	v.RetryRows = h.opts.RetryRow[v.Name] != nil && v.CSRF != "" && v.Can(ActionRetryRow)

@@ -17,7 +17,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/bunqueue/bunqueue"
+	"github.com/bunqueue/bunqueue/internal/histsql"
 	"github.com/bunqueue/bunqueue/internal/migrate"
+	"github.com/bunqueue/bunqueue/internal/sqldialect"
+	"github.com/bunqueue/bunqueue/internal/tables"
 	"github.com/bunqueue/bunqueue/tests/dbtest"
 )
 
@@ -172,6 +175,11 @@ func TestCLI(t *testing.T) {
 		_, err := db.NewInsert().Model(f).Exec(ctx)
 		require.NoError(t, err)
 	}
+	// The fleet's history: what processes added this minute.
+	t.Cleanup(func() { _, _ = db.Exec("DELETE FROM bunqueue_history WHERE queue = ?", queue) })
+	dialect, err := sqldialect.For(db)
+	require.NoError(t, err)
+	require.NoError(t, histsql.New(dialect, tables.Default).Add(ctx, db, map[string]*histsql.Counts{queue: {Processed: 5, Failed: 2}}))
 	dsn := dbtest.DSN()
 
 	t.Run("stats", func(t *testing.T) {
@@ -191,6 +199,7 @@ func TestCLI(t *testing.T) {
 			{Kind: "cli_test_a", Waiting: 3, Failed: 1},
 			{Kind: "cli_test_b", Scheduled: 1, Failed: 1},
 		}, q.Kinds)
+		require.Equal(t, []fleetQueue{{Queue: queue, Processed: 5, Failed: 2}}, rep.FleetLastHour, "the fleet's last hour")
 
 		stdout, stderr, code = runBinary(t, bin, "stats", "--dsn", dsn, "--json", "--queue", queue, "--limit", "2")
 		require.Equal(t, exitOK, code, stderr)
@@ -201,6 +210,7 @@ func TestCLI(t *testing.T) {
 		stdout, stderr, code = runBinary(t, bin, "stats", "--dsn", dsn)
 		require.Equal(t, exitOK, code, stderr)
 		require.Contains(t, stdout, "OLDEST WAITING")
+		require.Contains(t, stdout, "PROCESSED (LAST HOUR, FLEET)")
 		require.Contains(t, stdout, queue)
 	})
 

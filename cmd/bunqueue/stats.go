@@ -52,6 +52,10 @@ type statsReport struct {
 	Database string       `json:"database"`
 	Limit    int          `json:"limit"`
 	Queues   []queueStats `json:"queues"`
+	// FleetLastHour is what every process completed and failed over the
+	// last hour, by queue, from the fleet's history (any queue a started
+	// client ran, its own tables' too); null without the history table.
+	FleetLastHour []fleetQueue `json:"fleet_last_hour"`
 }
 
 func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -68,7 +72,9 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintln(stderr, "running lock-mode jobs included), scheduled (due later: delayed, backing off")
 		fmt.Fprintln(stderr, "or leased) and failed, and how long the longest-waiting due job has been due.")
 		fmt.Fprintln(stderr, "It reads without locking anything. Queues over the app's own tables are not")
-		fmt.Fprintln(stderr, "known to the tool: see the dashboard or Queue.Count.")
+		fmt.Fprintln(stderr, "known to the tool: see the dashboard or Queue.Count. Then, from the fleet's")
+		fmt.Fprintln(stderr, "history (schema version 12), what every process that runs queues completed")
+		fmt.Fprintln(stderr, "and failed over the last hour, per queue, those over the app's tables too.")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
@@ -180,7 +186,11 @@ func collectStats(ctx context.Context, d *database, only string, limit int) (*st
 			return 0
 		})
 	}
-	rep := &statsReport{Database: d.where, Limit: limit, Queues: []queueStats{}}
+	fleet, err := fleetLastHour(ctx, d, only)
+	if err != nil {
+		return nil, err
+	}
+	rep := &statsReport{Database: d.where, Limit: limit, Queues: []queueStats{}, FleetLastHour: fleet}
 	for _, q := range byQueue {
 		rep.Queues = append(rep.Queues, *q)
 	}
@@ -225,6 +235,7 @@ func oldestWaiting(ctx context.Context, jobs jobsql.SQL, db bun.IDB, queue strin
 func printStats(w io.Writer, rep *statsReport) {
 	if len(rep.Queues) == 0 {
 		fmt.Fprintf(w, "no jobs in %s\n", rep.Database)
+		printFleet(w, rep.FleetLastHour)
 		return
 	}
 	count := func(n int, capped bool) string {
@@ -257,4 +268,5 @@ func printStats(w io.Writer, rep *statsReport) {
 	if slices.ContainsFunc(rep.Queues, func(q queueStats) bool { return q.Capped }) {
 		fmt.Fprintf(w, "\nN+: the count stopped at --limit %d\n", rep.Limit)
 	}
+	printFleet(w, rep.FleetLastHour)
 }

@@ -55,6 +55,37 @@ func TestChartsInBrowser(t *testing.T) {
 	require.True(t, fresh)
 	require.Equal(t, 4, count(fmt.Sprintf(`#history .queue-charts[data-queue=%q] svg`, f.good)))
 
+	heading, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#history h2").textContent`))
+	require.NoError(t, err)
+	require.Contains(t, heading, "of the whole fleet", "the fleet's history by default")
 	screenshot(t, ctx, "charts")
+
+	// "this process": the same charts from this process's counts, kept
+	// by the refresh; and back.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.ID("scope-toggle")),
+		chromedp.WaitVisible(chromedp.CSS("#history svg"))))
+	proc, err := chromedp.Run(ctx, chromedp.Poll[bool](
+		`location.search.includes("scope=process") && document.querySelector("#history h2").textContent.includes("in this process")`,
+		chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
+	require.NoError(t, err)
+	require.True(t, proc, "the process's history")
+	require.NoError(t, chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void](`window.procLive = document.getElementById("live-data")`)))
+	kept, err := chromedp.Run(ctx, chromedp.Poll[bool](
+		`document.getElementById("live-data") !== window.procLive && document.querySelector("#history h2").textContent.includes("in this process")`,
+		chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
+	require.NoError(t, err, "the refresh keeps the scope")
+	require.True(t, kept)
+	drawn, err = chromedp.Run(ctx, chromedp.Evaluate[float64](fmt.Sprintf(
+		`Array.from(document.querySelectorAll('.queue-charts[data-queue=%q] .chart-processed rect.bar')).reduce((h, r) => h + r.getBBox().height, 0)`, f.good)))
+	require.NoError(t, err)
+	require.Greater(t, drawn, 0.0, "this process's processed bars")
+	screenshot(t, ctx, "charts-process")
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.ID("scope-toggle")), chromedp.Sleep(300*time.Millisecond),
+		chromedp.WaitVisible(chromedp.CSS("#history svg"))))
+	back, err := chromedp.Run(ctx, chromedp.Poll[bool](
+		`!location.search.includes("scope") && document.querySelector("#history h2").textContent.includes("of the whole fleet")`,
+		chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
+	require.NoError(t, err)
+	require.True(t, back, "back to the fleet")
 	checkConsole()
 }

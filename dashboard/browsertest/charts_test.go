@@ -54,7 +54,7 @@ func setupCharts(t *testing.T) *chartsFixture {
 			_, _ = db.Exec("DELETE FROM bunqueue_failed_jobs WHERE queue = ?", q)
 		}
 	})
-	c, err := bunqueue.NewClient(db, &bunqueue.Config{PollInterval: 50 * time.Millisecond,
+	c, err := bunqueue.NewClient(db, &bunqueue.Config{PollInterval: 50 * time.Millisecond, HeartbeatInterval: 100 * time.Millisecond,
 		JobQueues: map[string]bunqueue.JobQueueConfig{f.good: {Workers: 2, GlobalLimit: 2, RateLimit: bunqueue.Rate{N: 100, Per: time.Second}}, f.bad: {Workers: 1}, f.idle: {Workers: 1}}})
 	require.NoError(t, err)
 	require.NoError(t, bunqueue.AddWorker(c, bunqueue.WorkerFunc[chartArgs](func(ctx context.Context, db bun.IDB, job *bunqueue.Job[chartArgs]) error {
@@ -93,6 +93,19 @@ func setupCharts(t *testing.T) *chartsFixture {
 		}
 		return done == int64(f.processed) && failed == int64(f.failed)
 	}, 15*time.Second, 20*time.Millisecond, "the jobs ran")
+	require.Eventually(t, func() bool { // and their heartbeats added them to the fleet's history
+		var done, failed int64
+		for _, q := range []string{f.good, f.bad} {
+			h, err := c.FleetHistory(t.Context(), q)
+			if err != nil {
+				return false
+			}
+			for _, p := range h.Minutes {
+				done, failed = done+p.Processed, failed+p.Failed
+			}
+		}
+		return done == int64(f.processed) && failed == int64(f.failed)
+	}, 15*time.Second, 20*time.Millisecond, "the fleet's history has the jobs")
 	mux := http.NewServeMux()
 	mux.Handle("/ops/", http.StripPrefix("/ops", dashboard.New(c, &dashboard.Options{RefreshInterval: time.Second})))
 	f.srv = httptest.NewServer(mux)

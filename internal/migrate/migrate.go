@@ -289,6 +289,60 @@ func mysqlMigrations(n tables.Names) []Migration {
 ) ENGINE=InnoDB`,
 			},
 		},
+		{
+			Version: 12,
+			Name:    "fleet history",
+			// history: one row per queue, resolution (res, 60 or 900 s)
+			// and bucket (its start in Unix seconds, database clock),
+			// holding the fleet's sums, which processes add to with
+			// upserts; w00 to w23 count the waits before start by bucket
+			// (histsql.WaitBuckets); depth is the largest sample, -1 for
+			// none. leases: one row per lease (histsql.UpkeepLease), held
+			// by the process whose id is holder until expires_at.
+			Statements: []string{
+				`CREATE TABLE IF NOT EXISTS ` + n.History + ` (
+	queue VARBINARY(255) NOT NULL,
+	res INT NOT NULL,
+	bucket BIGINT NOT NULL,
+	processed BIGINT NOT NULL DEFAULT 0,
+	failed BIGINT NOT NULL DEFAULT 0,
+	started BIGINT NOT NULL DEFAULT 0,
+	w00 BIGINT NOT NULL DEFAULT 0,
+	w01 BIGINT NOT NULL DEFAULT 0,
+	w02 BIGINT NOT NULL DEFAULT 0,
+	w03 BIGINT NOT NULL DEFAULT 0,
+	w04 BIGINT NOT NULL DEFAULT 0,
+	w05 BIGINT NOT NULL DEFAULT 0,
+	w06 BIGINT NOT NULL DEFAULT 0,
+	w07 BIGINT NOT NULL DEFAULT 0,
+	w08 BIGINT NOT NULL DEFAULT 0,
+	w09 BIGINT NOT NULL DEFAULT 0,
+	w10 BIGINT NOT NULL DEFAULT 0,
+	w11 BIGINT NOT NULL DEFAULT 0,
+	w12 BIGINT NOT NULL DEFAULT 0,
+	w13 BIGINT NOT NULL DEFAULT 0,
+	w14 BIGINT NOT NULL DEFAULT 0,
+	w15 BIGINT NOT NULL DEFAULT 0,
+	w16 BIGINT NOT NULL DEFAULT 0,
+	w17 BIGINT NOT NULL DEFAULT 0,
+	w18 BIGINT NOT NULL DEFAULT 0,
+	w19 BIGINT NOT NULL DEFAULT 0,
+	w20 BIGINT NOT NULL DEFAULT 0,
+	w21 BIGINT NOT NULL DEFAULT 0,
+	w22 BIGINT NOT NULL DEFAULT 0,
+	w23 BIGINT NOT NULL DEFAULT 0,
+	wait_max_us BIGINT NOT NULL DEFAULT 0,
+	depth BIGINT NOT NULL DEFAULT -1,
+	PRIMARY KEY (queue, res, bucket)
+) ENGINE=InnoDB`,
+				`CREATE TABLE IF NOT EXISTS ` + n.Leases + ` (
+	name VARBINARY(64) NOT NULL,
+	holder VARBINARY(32) NOT NULL,
+	expires_at DATETIME(6) NOT NULL,
+	PRIMARY KEY (name)
+) ENGINE=InnoDB`,
+			},
+		},
 	}
 }
 

@@ -262,7 +262,7 @@ func TestJSON(t *testing.T) {
 	for k := range raw {
 		keys = append(keys, k)
 	}
-	require.ElementsMatch(t, []string{"generated_at", "queues", "recent_failures", "filter", "failed_jobs", "next_before_id", "actions_enabled", "history"}, keys, body)
+	require.ElementsMatch(t, []string{"generated_at", "queues", "recent_failures", "filter", "failed_jobs", "next_before_id", "actions_enabled", "history", "history_scope"}, keys, body)
 
 	var d dashboard.Data
 	require.NoError(t, json.Unmarshal([]byte(body), &d))
