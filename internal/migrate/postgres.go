@@ -173,6 +173,17 @@ func Postgres(n tables.Names) Schema {
 					`CREATE INDEX IF NOT EXISTS ` + n.Index("processes_forget_at") + ` ON ` + n.Processes + ` (forget_at)`,
 				},
 			},
+			{
+				Version: 11,
+				Name:    "sequences",
+				Statements: []string{
+					`CREATE TABLE IF NOT EXISTS ` + n.Sequences + ` (
+	seq_key VARCHAR(255) NOT NULL PRIMARY KEY,
+	tail BIGINT NOT NULL
+)`,
+					`CREATE INDEX IF NOT EXISTS ` + n.Index(SequencesTailIndex) + ` ON ` + n.Sequences + ` (tail)`,
+				},
+			},
 		},
 		Rerun: " ON CONFLICT DO NOTHING",
 	}

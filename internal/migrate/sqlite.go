@@ -176,6 +176,17 @@ func SQLite(n tables.Names) Schema {
 					`CREATE INDEX IF NOT EXISTS ` + n.Index("processes_forget_at") + ` ON ` + n.Processes + ` (forget_at)`,
 				},
 			},
+			{
+				Version: 11,
+				Name:    "sequences",
+				Statements: []string{
+					`CREATE TABLE IF NOT EXISTS ` + n.Sequences + ` (
+	seq_key TEXT NOT NULL PRIMARY KEY,
+	tail INTEGER NOT NULL
+)`,
+					`CREATE INDEX IF NOT EXISTS ` + n.Index(SequencesTailIndex) + ` ON ` + n.Sequences + ` (tail)`,
+				},
+			},
 		},
 		Rerun: " ON CONFLICT DO NOTHING",
 	}

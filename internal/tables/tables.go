@@ -30,12 +30,15 @@ const (
 	// JobDeps holds the dependencies of the jobs of workflows: one row
 	// per job and job it depends on.
 	JobDeps = "job_deps"
+	// Sequences holds the last job of each sequence that has one
+	// unfinished or failed: one row per sequence key.
+	Sequences = "sequences"
 )
 
 // All lists the tables Migrate creates, by their names after the prefix.
 // It is the one list that the docs, go doc and the command-line tool's
 // help say.
-var All = []string{Jobs, FailedJobs, Queues, Periodic, Slots, JobDeps, Processes, Migrations}
+var All = []string{Jobs, FailedJobs, Queues, Periodic, Slots, JobDeps, Sequences, Processes, Migrations}
 
 // ident is a name the statements can hold unquoted: lowercase, so that
 // PostgreSQL's folding of unquoted names and MySQL's case-sensitive table
@@ -45,7 +48,7 @@ var ident = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 // Names is where one client's tables are: each field is a table's name as
 // statements write it, qualified with the schema if there is one.
 type Names struct {
-	Jobs, FailedJobs, Queues, Periodic, Slots, JobDeps, Processes, Migrations string
+	Jobs, FailedJobs, Queues, Periodic, Slots, JobDeps, Sequences, Processes, Migrations string
 	// Probe is the two-row table whose rows the startup probe locks, which
 	// Start creates if it is missing (Migrate does not).
 	Probe string
@@ -73,6 +76,7 @@ func New(field, prefix, schema string) (Names, error) {
 	n.Jobs, n.FailedJobs, n.Queues = n.Table(Jobs), n.Table(FailedJobs), n.Table(Queues)
 	n.Periodic, n.Slots, n.Migrations = n.Table(Periodic), n.Table(Slots), n.Table(Migrations)
 	n.JobDeps, n.Processes, n.Probe = n.Table(JobDeps), n.Table(Processes), n.Table(Probe)
+	n.Sequences = n.Table(Sequences)
 	return n, nil
 }
 
