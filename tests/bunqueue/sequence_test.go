@@ -198,7 +198,8 @@ func assertNoError(t *testing.T, err error) bool {
 // A head that fails for good holds its sequence, and no other: its
 // successors stay blocked (JobGet says for which job) until RetryFailed
 // puts it back, which runs it and then them in order, or until JobDelete
-// or DeleteFailed deletes it, which releases them. Under
+// or DeleteFailed deletes it, which releases them (as JobDelete of a
+// head that waits does). Under
 // DependencyIgnore the next job runs after a failure. A job waiting
 // behind another cannot be cancelled or deleted.
 func TestSequenceFailedHeadHolds(t *testing.T) {
@@ -229,6 +230,9 @@ func TestSequenceFailedHeadHolds(t *testing.T) {
 				enqueue("d", "d2", "", 0)
 				e1 := enqueue("e", "e1", "always", 0)
 				enqueue("e", "e2", "", 0)
+				f1, err := c.Enqueue(ctx, db, seqArgs{Key: "f", Name: "f1"}, &bunqueue.EnqueueOpts{Queue: queue, Sequence: "f", Delay: time.Hour})
+				require.NoError(t, err)
+				enqueue("f", "f2", "", 0)
 				for _, c := range clients {
 					start(t, c)
 				}
@@ -282,9 +286,10 @@ func TestSequenceFailedHeadHolds(t *testing.T) {
 				_, err = c.RetryFailed(ctx, failedJob(a1).ID)
 				require.NoError(t, err)
 				require.NoError(t, c.JobDelete(ctx, d1))
+				require.NoError(t, c.JobDelete(ctx, f1.ID)) // a head that waits, deleted: f2 runs
 				require.NoError(t, c.DeleteFailed(ctx, failedJob(e1).ID))
 				eventually(t, 30*time.Second, func() bool {
-					return len(names("a")) == 5 && len(names("d")) == 2 && len(names("e")) == 2
+					return len(names("a")) == 5 && len(names("d")) == 2 && len(names("e")) == 2 && len(names("f")) == 1
 				}, "the sequences went on")
 				require.Equal(t, []string{"a1", "a1", "a2", "a3", "a4"}, names("a"))
 				eventually(t, 30*time.Second, func() bool {
