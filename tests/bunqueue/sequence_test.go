@@ -355,3 +355,37 @@ func TestSequenceOrdinaryJobsPayNothing(t *testing.T) {
 		}
 	})
 }
+
+// What a sequence does not take is refused, naming the field, wrapping
+// ErrInvalidJob, and nothing is inserted.
+func TestSequenceRefused(t *testing.T) {
+	onServers(t, func(t *testing.T, srv dbtest.Server) {
+		ctx := t.Context()
+		db := srv.Open(t, 0)
+		tables := flowTables(t, db)
+		queue := jobQueue(t)
+		c, err := bunqueue.NewClient(db, &bunqueue.Config{Tables: tables, JobQueues: map[string]bunqueue.JobQueueConfig{queue: {}}})
+		require.NoError(t, err)
+		args := seqArgs{Key: "k"}
+		for opts, want := range map[*bunqueue.EnqueueOpts]string{
+			{Queue: queue, Sequence: "k", UniqueKey: "u"}:                            "set EnqueueOpts.Sequence or EnqueueOpts.UniqueKey, not both",
+			{Queue: queue, SequencePolicy: bunqueue.DependencyHold}:                  "EnqueueOpts.SequencePolicy is set without a Sequence",
+			{Queue: queue, Sequence: "k", SequencePolicy: 9}:                         "EnqueueOpts.SequencePolicy is 9",
+			{Queue: queue, Sequence: "k", SequencePolicy: bunqueue.DependencyCancel}: "not DependencyHold or DependencyIgnore",
+			{Queue: queue, Sequence: strings.Repeat("k", 256)}:                       "EnqueueOpts.Sequence must have at most 255 bytes",
+			{Queue: queue, Sequence: "k\x00"}:                                        "EnqueueOpts.Sequence",
+		} {
+			_, err := c.Enqueue(ctx, db, args, opts)
+			require.ErrorIs(t, err, bunqueue.ErrInvalidJob)
+			require.ErrorContains(t, err, want)
+		}
+		_, err = c.EnqueueMany(ctx, db, []bunqueue.EnqueueParams{{Args: args, Opts: &bunqueue.EnqueueOpts{Queue: queue, Sequence: "k"}}})
+		require.ErrorIs(t, err, bunqueue.ErrInvalidJob)
+		require.ErrorContains(t, err, "EnqueueOpts.Sequence is for Enqueue")
+		_, err = c.EnqueueWorkflow(ctx, db, []bunqueue.WorkflowJob{{Name: "a", Args: args, Opts: &bunqueue.EnqueueOpts{Queue: queue, Sequence: "k"}}}, nil)
+		require.ErrorIs(t, err, bunqueue.ErrInvalidJob)
+		require.ErrorContains(t, err, "a workflow's jobs have no Sequence")
+		require.Zero(t, count(t, db, "SELECT COUNT(*) FROM "+tables.Names()[0]))
+		require.Zero(t, count(t, db, "SELECT COUNT(*) FROM "+tables.Prefix+"sequences"))
+	})
+}
