@@ -40,8 +40,9 @@ type seqLog struct {
 	last     map[string]int64 // by key: the last job that started
 	runs     map[string]int   // by job name
 	names    map[string][]string
-	failed   map[string]bool // the names that failed once
-	retried  bool            // a job of a sequence was retried (RetryFailed): a new id, in an older place
+	ids      map[string][]int64 // by key: the jobs in the order they started
+	failed   map[string]bool    // the names that failed once
+	retried  bool               // a job of a sequence was retried (RetryFailed): a new id, in an older place
 	inFlight int
 	maxIn    int // the most jobs that ran at once, of any keys
 	bad      []string
@@ -49,7 +50,7 @@ type seqLog struct {
 
 func newSeqLog() *seqLog {
 	return &seqLog{running: map[string]int64{}, last: map[string]int64{}, runs: map[string]int{},
-		names: map[string][]string{}, failed: map[string]bool{}}
+		names: map[string][]string{}, ids: map[string][]int64{}, failed: map[string]bool{}}
 }
 
 // worker runs a seqArgs job: it checks that no other job of its key runs
@@ -67,6 +68,7 @@ func (l *seqLog) worker() bunqueue.Worker[seqArgs] {
 		l.running[a.Key], l.last[a.Key] = job.ID, job.ID
 		l.runs[a.Name]++
 		l.names[a.Key] = append(l.names[a.Key], a.Name)
+		l.ids[a.Key] = append(l.ids[a.Key], job.ID)
 		l.inFlight++
 		l.maxIn = max(l.maxIn, l.inFlight)
 		fail := a.Fail == "always" || (a.Fail == "once" && !l.failed[a.Name])
@@ -387,5 +389,76 @@ func TestSequenceRefused(t *testing.T) {
 		require.ErrorContains(t, err, "a workflow's jobs have no Sequence")
 		require.Zero(t, count(t, db, "SELECT COUNT(*) FROM "+tables.Names()[0]))
 		require.Zero(t, count(t, db, "SELECT COUNT(*) FROM "+tables.Prefix+"sequences"))
+	})
+}
+
+// RetryFailed of a held head while three clients enqueue more jobs of its
+// key: the retried head runs first (in the head's place), then every job
+// once, one at a time, in enqueue order, whichever of the retry and each
+// enqueue took the key's row first.
+func TestSequenceRetryWhileEnqueued(t *testing.T) {
+	onServers(t, func(t *testing.T, srv dbtest.Server) {
+		for _, mode := range []bunqueue.JobMode{bunqueue.ModeLock, bunqueue.ModeLease} {
+			t.Run(mode.String(), func(t *testing.T) {
+				ctx := t.Context()
+				db := srv.Open(t, 0)
+				tables := flowTables(t, db)
+				queue := jobQueue(t)
+				l := newSeqLog()
+				clients, dbs := seqClients(t, srv, tables, queue, mode, 3, l)
+				c := clients[0]
+				head, err := c.Enqueue(ctx, db, seqArgs{Key: "k", Name: "head", Fail: "once"}, &bunqueue.EnqueueOpts{Queue: queue, Sequence: "k"})
+				require.NoError(t, err)
+				for _, c := range clients {
+					start(t, c)
+				}
+				var failedID int64
+				eventually(t, 30*time.Second, func() bool {
+					all, err := c.FailedJobs(ctx, bunqueue.FailedJobsFilter{Queue: queue})
+					require.NoError(t, err)
+					if len(all) == 1 && all[0].JobID == head.ID {
+						failedID = all[0].ID
+					}
+					return failedID != 0
+				}, "the head failed")
+				l.mu.Lock()
+				l.retried = true
+				l.mu.Unlock()
+				const perClient = 5
+				var wg sync.WaitGroup
+				for i, c := range clients {
+					wg.Go(func() {
+						for n := range perClient {
+							_, err := enqueueSeq(ctx, c, dbs[i], queue, "k", fmt.Sprintf("%d.%d", i, n), false)
+							if !assertNoError(t, err) {
+								return
+							}
+						}
+					})
+				}
+				wg.Go(func() {
+					_, err := c.RetryFailed(ctx, failedID)
+					assertNoError(t, err)
+				})
+				wg.Wait()
+				eventually(t, 60*time.Second, func() bool {
+					return count(t, db, "SELECT COUNT(*) FROM "+tables.Names()[0]+" WHERE queue = ?", queue) == 0
+				}, "every job of the sequence completed")
+				l.mu.Lock()
+				defer l.mu.Unlock()
+				require.Empty(t, l.bad)
+				names, ids := l.names["k"], l.ids["k"]
+				require.Len(t, names, 2+3*perClient, "each job ran once, the head twice: %v", names)
+				require.Equal(t, []string{"head", "head"}, names[:2], "the retried head ran before the rest: %v", names)
+				require.IsIncreasing(t, ids[2:], "the rest ran in enqueue order")
+				for name, n := range l.runs {
+					if name != "head" {
+						require.Equal(t, 1, n, "job %s ran once", name)
+					}
+				}
+				require.Zero(t, count(t, db, "SELECT COUNT(*) FROM "+tables.Prefix+"sequences"))
+				require.Zero(t, count(t, db, "SELECT COUNT(*) FROM "+tables.Prefix+"job_deps"))
+			})
+		}
 	})
 }
