@@ -295,7 +295,9 @@ func mysqlMigrations(n tables.Names) []Migration {
 			// One row per sequence key whose last job (tail) has not
 			// completed: the enqueue of the key's next job locks it, reads
 			// the tail, and makes the new job wait for it; the tail's
-			// completion deletes it. A job of a sequence has the flow bit 4.
+			// completion sets tail to 0 (the row stays: deleting it would
+			// make concurrent enqueues' inserts of the key deadlock on
+			// their next-key locks). A job of a sequence has flow bit 4.
 			Statements: []string{
 				`CREATE TABLE IF NOT EXISTS ` + n.Sequences + ` (
 	seq_key VARBINARY(255) NOT NULL,

@@ -158,7 +158,7 @@ func TestSequenceRunsOnceInOrder(t *testing.T) {
 					require.Zero(t, l.runs[name], "job %s, rolled back, never ran", name)
 				}
 				require.Len(t, l.runs, len(committed))
-				require.Zero(t, count(t, db, "SELECT COUNT(*) FROM "+tables.Prefix+"sequences"), "a sequence whose jobs all completed has no row")
+				require.Zero(t, count(t, db, "SELECT COUNT(*) FROM "+tables.Prefix+"sequences WHERE tail <> 0"), "a sequence whose jobs all completed has no tail")
 				require.Zero(t, count(t, db, "SELECT COUNT(*) FROM "+tables.Prefix+"job_deps"))
 				t.Logf("%d jobs, at most %d at once", len(committed), l.maxIn)
 			})
@@ -168,7 +168,21 @@ func TestSequenceRunsOnceInOrder(t *testing.T) {
 
 // enqueueSeq enqueues the job name of the sequence key through a
 // transaction of db, which it rolls back if rollback, and returns its id.
-func enqueueSeq(ctx context.Context, c *bunqueue.Client, db *bun.DB, queue, key, name string, rollback bool) (int64, error) {
+func enqueueSeq(ctx context.Context, c *bunqueue.Client, db *bun.DB, queue, key, name string, rollback bool) (id int64, err error) {
+	for range 3 {
+		// MariaDB: the first enqueue of a new key that rolls back while
+		// two others wait for it may deadlock one of them (InnoDB's
+		// next-key lock of an insert's duplicate check): its transaction
+		// is rolled back, and retried, as any deadlock's.
+		if id, err = enqueueSeqOnce(ctx, c, db, queue, key, name, rollback); err == nil || !strings.Contains(err.Error(), "Deadlock found") {
+			return id, err
+		}
+	}
+	return id, err
+}
+
+// enqueueSeqOnce is one try of enqueueSeq.
+func enqueueSeqOnce(ctx context.Context, c *bunqueue.Client, db *bun.DB, queue, key, name string, rollback bool) (int64, error) {
 	var id int64
 	errRollback := errors.New("roll back (test)")
 	err := db.RunInTx(ctx, nil, func(ctx context.Context, tx bun.Tx) error {
@@ -297,7 +311,7 @@ func TestSequenceFailedHeadHolds(t *testing.T) {
 				eventually(t, 30*time.Second, func() bool {
 					return count(t, db, "SELECT COUNT(*) FROM "+tables.Names()[0]+" WHERE queue = ?", queue) == 0
 				}, "every job left the jobs table")
-				require.Zero(t, count(t, db, "SELECT COUNT(*) FROM "+tables.Prefix+"sequences"), "every sequence's last job completed")
+				require.Zero(t, count(t, db, "SELECT COUNT(*) FROM "+tables.Prefix+"sequences WHERE tail <> 0"), "every sequence's last job completed")
 				require.Zero(t, count(t, db, "SELECT COUNT(*) FROM "+tables.Prefix+"job_deps"))
 				l.mu.Lock()
 				defer l.mu.Unlock()
@@ -456,7 +470,7 @@ func TestSequenceRetryWhileEnqueued(t *testing.T) {
 						require.Equal(t, 1, n, "job %s ran once", name)
 					}
 				}
-				require.Zero(t, count(t, db, "SELECT COUNT(*) FROM "+tables.Prefix+"sequences"))
+				require.Zero(t, count(t, db, "SELECT COUNT(*) FROM "+tables.Prefix+"sequences WHERE tail <> 0"))
 				require.Zero(t, count(t, db, "SELECT COUNT(*) FROM "+tables.Prefix+"job_deps"))
 			})
 		}
