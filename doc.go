@@ -131,6 +131,10 @@
 // for others ([WorkflowJob], [Dependency]): a dependent is blocked until
 // its dependencies completed, released by the transaction that completes
 // the last one, and reads their outputs with [DependencyOutputs].
+// [EnqueueOpts].Sequence puts a job in a sequence: the jobs of a key run
+// one at a time, in enqueue order, each released by the completion of
+// the one before it; a head that fails for good holds its key
+// ([DependencyHold]) until it is retried or deleted.
 //
 // # Periodic jobs
 //

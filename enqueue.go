@@ -57,6 +57,20 @@ type EnqueueOpts struct {
 	// Job.Metadata. Its keys and values must be valid UTF-8 (NUL bytes
 	// are kept).
 	Metadata map[string]string
+	// Sequence, if set, puts the job in the sequence of that key: the
+	// jobs of a key run one at a time, in enqueue order, across every
+	// process and queue. A job whose predecessor has not completed is
+	// blocked (JobStateBlocked) until it has; see SequencePolicy for a
+	// predecessor that fails for good or is cancelled. Only Enqueue takes
+	// it (not EnqueueMany or EnqueueWorkflow), and not with UniqueKey. At
+	// most 255 bytes, UTF-8 without NUL. See docs/workflows.md.
+	Sequence string
+	// SequencePolicy is what the job does when its predecessor in its
+	// sequence fails for good or is cancelled: DependencyHold (the
+	// default) waits until that job is retried (RetryFailed; then for its
+	// new run) or deleted (JobDelete, DeleteFailed); DependencyIgnore
+	// runs after it all the same. A deleted predecessor never holds.
+	SequencePolicy DependencyPolicy
 }
 
 // ErrInvalidJob is wrapped by the errors of Enqueue, EnqueueMany and
@@ -116,6 +130,10 @@ func (c *Client) Enqueue(ctx context.Context, db bun.IDB, args JobArgs, opts *En
 		ctx = context.WithValue(ctx, handOverKey{}, hand) // see handover.go
 	}
 	err = c.retryOutsideTx(ctx, db, func() (err error) {
+		if opts != nil && opts.Sequence != "" {
+			res, err = c.insertSequenced(ctx, db, row, opts)
+			return err
+		}
 		res, err = c.insertJob(ctx, db, row, key)
 		return err
 	})
@@ -180,6 +198,9 @@ func (c *Client) EnqueueMany(ctx context.Context, db bun.IDB, jobs []EnqueuePara
 	head := c.jobSQL().InsertLen()
 	for i, p := range jobs {
 		row, err := c.jobValues(ctx, db, p, trace)
+		if err == nil && p.Opts != nil && p.Opts.Sequence != "" {
+			err = invalidJob{errors.New("EnqueueOpts.Sequence is for Enqueue, one job at a time")}
+		}
 		if err != nil {
 			return 0, errorf("bunqueue: EnqueueMany: job %d: %w", i, err)
 		}
@@ -379,6 +400,9 @@ func (o *EnqueueOpts) check(queues map[string]JobQueueConfig) error {
 		return err
 	}
 	if err := checkText("EnqueueOpts.LimitKey", o.LimitKey); err != nil {
+		return err
+	}
+	if err := o.checkSequence(); err != nil {
 		return err
 	}
 	for k, v := range o.Metadata {

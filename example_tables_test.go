@@ -64,6 +64,6 @@ func ExampleTables() {
 		log.Fatal(err)
 	}
 	// Output:
-	// bq_example_shop_jobs, bq_example_shop_failed_jobs, bq_example_shop_queues, bq_example_shop_periodic, bq_example_shop_slots, bq_example_shop_job_deps, bq_example_shop_processes, bq_example_shop_history, bq_example_shop_leases, bq_example_shop_migrations
+	// bq_example_shop_jobs, bq_example_shop_failed_jobs, bq_example_shop_queues, bq_example_shop_periodic, bq_example_shop_slots, bq_example_shop_job_deps, bq_example_shop_sequences, bq_example_shop_processes, bq_example_shop_history, bq_example_shop_leases, bq_example_shop_migrations
 	// receipt sent for order 42
 }

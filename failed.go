@@ -132,7 +132,10 @@ func (c *Client) RetryFailedTx(ctx context.Context, db bun.IDB, id int64) (int64
 			return err
 		}
 		newID = res.ID
-		return c.finisher().Revive(ctx, tx, id, newID, res.Duplicate)
+		if err := c.finisher().Revive(ctx, tx, id, newID, res.Duplicate); err != nil {
+			return err
+		}
+		return c.finisher().Requeue(ctx, tx, f.JobID, newID) // its place in its sequence, if it had one
 	})
 	if err != nil {
 		return 0, errorf("bunqueue: retry failed job %d: %w", id, c.notMigrated(err))

@@ -35,8 +35,8 @@ func (c *Client) handOverFeed(db bun.IDB, p EnqueueParams) *engine.Feed {
 	}
 	queue := QueueDefault
 	if o := p.Opts; o != nil {
-		if !o.RunAt.IsZero() || o.Delay > 0 {
-			return nil // due later
+		if !o.RunAt.IsZero() || o.Delay > 0 || o.Sequence != "" {
+			return nil // due later, or perhaps blocked in its sequence
 		}
 		if o.Queue != "" {
 			queue = o.Queue

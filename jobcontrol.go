@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/uptrace/bun"
+
+	"github.com/bunqueue/bunqueue/internal/jobsql"
 )
 
 // heldTries and heldWait bound how long a job action waits for a job that
@@ -62,6 +64,9 @@ func (c *Client) JobCancelTx(ctx context.Context, db bun.IDB, id int64) (JobStat
 		if was = row.jobState(); was == JobStateCompleted {
 			return fmt.Errorf("%w: it completed", ErrJobFinished)
 		}
+		if err := row.inSequence(); err != nil {
+			return err
+		}
 		_, err := c.finisher().Fail(ctx, tx, id, "", row.Attempts, cancelledText, false, row.Flow)
 		return err
 	})
@@ -93,6 +98,9 @@ func (c *Client) JobDeleteTx(ctx context.Context, db bun.IDB, id int64) error {
 		}
 		if row.jobState() == JobStateRunning {
 			return fmt.Errorf("%w: a lease-mode worker holds it; cancel it first (JobCancel)", ErrJobRunning)
+		}
+		if err := row.inSequence(); err != nil {
+			return err
 		}
 		return c.finisher().Delete(ctx, tx, id, row.Flow)
 	})
@@ -202,4 +210,14 @@ func (c *Client) inTx(ctx context.Context, fn func(ctx context.Context, tx bun.T
 	return c.retry(ctx, func() error {
 		return c.db.RunInTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, fn)
 	})
+}
+
+// inSequence refuses to cancel or delete a job that waits in a sequence
+// behind another (ErrJobBlocked): its successor would then run beside
+// the job it waits for. Its sequence's head can be cancelled or deleted.
+func (r *controlRow) inSequence() error {
+	if r.jobState() == JobStateBlocked && r.Flow&jobsql.FlowSequence != 0 {
+		return fmt.Errorf("%w: it waits in its sequence for the job before it; cancel or delete that one first", ErrJobBlocked)
+	}
+	return nil
 }

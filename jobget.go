@@ -130,14 +130,17 @@ type JobRecord struct {
 	Failed *FailedJob
 	// Dependencies are the jobs a job of a workflow depends on, while it
 	// waits or runs (JobGet reads them; JobList leaves them nil): a
-	// blocked job waits for those not Done. Nil for other jobs, and once
-	// the job finished.
+	// blocked job waits for those not Done. A job of a sequence has one,
+	// the job enqueued before it (Name is the key); one that is failed
+	// holds it (DependencyHold) until it is retried or deleted. Nil for
+	// other jobs, and once the job finished.
 	Dependencies []JobDependency
 }
 
 // JobDependency is a dependency of a job, as JobGet reads it.
 type JobDependency struct {
-	// JobID is the dependency's id, and Name its name in the group.
+	// JobID is the dependency's id, and Name its name in the group (in a
+	// sequence, the key).
 	JobID int64
 	Name  string
 	// Policy is what its failure does to the job.

@@ -22,6 +22,7 @@ import (
 //	bunqueue_periodic      the periodic jobs' ticks
 //	bunqueue_slots         the slots of GlobalLimit, KeyLimit and RateLimit
 //	bunqueue_job_deps      the dependencies of workflows' jobs (EnqueueWorkflow)
+//	bunqueue_sequences     the last job of each sequence (EnqueueOpts.Sequence)
 //	bunqueue_processes     the started clients and their heartbeats
 //	bunqueue_history       the fleet's counts by minute and quarter hour
 //	bunqueue_leases        the lease of the fleet's upkeep

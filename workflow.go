@@ -77,6 +77,12 @@ const (
 	// once its other dependencies completed (DependencyOutputs has no
 	// output of it).
 	DependencyIgnore DependencyPolicy = jobsql.PolicyIgnore
+	// DependencyHold keeps the dependent waiting: until the failed
+	// dependency is retried (RetryFailed), and completes, or is deleted
+	// (JobDelete, DeleteFailed). The default of sequences
+	// (EnqueueOpts.SequencePolicy); a workflow's dependencies take
+	// DependencyCancel or DependencyIgnore.
+	DependencyHold DependencyPolicy = jobsql.PolicyHold
 )
 
 // WorkflowOpts are the options of a group of EnqueueWorkflow; nil means

@@ -68,6 +68,9 @@ func (p *workflowPlan) checkJob(i int, j WorkflowJob) error {
 	if j.Opts != nil && j.Opts.UniqueKey != "" {
 		return bad("a workflow's jobs have no UniqueKey")
 	}
+	if j.Opts != nil && j.Opts.Sequence != "" {
+		return bad("a workflow's jobs have no Sequence")
+	}
 	for k, d := range j.DependsOn {
 		if err := checkPolicy(fmt.Sprintf("DependsOn[%d].Policy", k), d.Policy); err != nil {
 			return bad("%w", err)

@@ -21,7 +21,8 @@
 //
 // bunqueue's tables are, by default, bunqueue_jobs, bunqueue_failed_jobs,
 // bunqueue_queues, bunqueue_periodic, bunqueue_slots, bunqueue_job_deps,
-// bunqueue_processes, bunqueue_history, bunqueue_leases, bunqueue_migrations.
+// bunqueue_sequences, bunqueue_processes, bunqueue_history, bunqueue_leases,
+// bunqueue_migrations.
 // An app whose Config.Tables gives them a prefix or a PostgreSQL schema is
 // reached with the same --prefix (else $BUNQUEUE_TABLE_PREFIX) and
 // --schema (else $BUNQUEUE_TABLE_SCHEMA).

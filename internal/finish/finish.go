@@ -214,12 +214,21 @@ func (f Finisher) Delete(ctx context.Context, tx bun.Tx, id int64, flow int) err
 
 // DeleteFailed deletes the failed job whose id in the failed-jobs table
 // is id (byJobID false) or whose id in the jobs table was id (byJobID
-// true), and reports whether there was one. Final: deleted.
+// true), and reports whether there was one. What it held in its
+// sequence is released (ReleaseHeld). Final: deleted.
 func (f Finisher) DeleteFailed(ctx context.Context, tx bun.Tx, id int64, byJobID bool) (bool, error) {
-	if byJobID {
-		return f.sql.DeleteFailedByJobID(ctx, tx, id)
+	jobID := id
+	if !byJobID {
+		var err error
+		if jobID, err = f.sql.FailedJobID(ctx, tx, id); err != nil || jobID == 0 {
+			return false, err
+		}
 	}
-	return f.sql.DeleteFailed(ctx, tx, id)
+	gone, err := f.sql.DeleteFailedByJobID(ctx, tx, jobID)
+	if err != nil || !gone {
+		return gone, err
+	}
+	return true, f.ReleaseHeld(ctx, tx, jobID)
 }
 
 // Revive ends the failed job failedID, which tx holds locked, once the

@@ -36,6 +36,11 @@ const (
 // first and sees its change: the job is released once.
 func (f Finisher) settleCompleted(ctx context.Context, tx bun.Tx, flows map[int64]int) error {
 	own, done := byFlow(flows)
+	if seq := sequenced(flows); len(seq) > 0 {
+		if err := f.sql.EndSequences(ctx, tx, seq); err != nil {
+			return err
+		}
+	}
 	if len(own) > 0 {
 		if err := f.sql.DeleteDepsOf(ctx, tx, own); err != nil {
 			return err
@@ -66,6 +71,9 @@ func (f Finisher) settleCompleted(ctx context.Context, tx bun.Tx, flows map[int6
 // an error that names it), and their own dependents in turn, to the end
 // of the cascade, in this transaction. Its own dependency rows go.
 func (f Finisher) settleEnded(ctx context.Context, tx bun.Tx, id int64, flow int, how string) error {
+	if err := f.settleSequence(ctx, tx, id, flow, how); err != nil {
+		return err
+	}
 	if flow&jobsql.FlowDependencies != 0 {
 		if err := f.sql.DeleteDepsOf(ctx, tx, []int64{id}); err != nil {
 			return err
@@ -96,7 +104,8 @@ func (f Finisher) endOnce(ctx context.Context, tx bun.Tx, ended []int64, how str
 			return nil, err
 		}
 	}
-	if err := f.sql.DeleteDepsOn(ctx, tx, ended); err != nil || len(locked) == 0 {
+	hold := how != EndDeleted // a held successor waits for a failed or cancelled job, not a deleted one
+	if err := f.sql.DeleteDepsOn(ctx, tx, ended, hold); err != nil || len(locked) == 0 {
 		return nil, err
 	}
 	cause := map[int64]jobsql.Dep{} // a cancelled dependent: the first dependency that cancels it
@@ -106,7 +115,7 @@ func (f Finisher) endOnce(ctx context.Context, tx bun.Tx, ended []int64, how str
 			cause[j.ID] = deps[i]
 			continue
 		}
-		ignore = append(ignore, j.ID)
+		ignore = append(ignore, j.ID) // ReleaseBlocked leaves one that a held row still blocks
 	}
 	if len(ignore) > 0 {
 		if _, err := f.sql.ReleaseBlocked(ctx, tx, ignore); err != nil {
@@ -149,14 +158,15 @@ func (f Finisher) cancelDependents(ctx context.Context, tx bun.Tx, locked []jobs
 }
 
 // byFlow splits the jobs of flows into those that have dependencies
-// (own) and those that have dependents (done), each in the order of
+// (own) and those that have or may have dependents (done: a job of a
+// sequence may get its successor at any time), each in the order of
 // their ids.
 func byFlow(flows map[int64]int) (own, done []int64) {
 	for id, fl := range flows {
 		if fl&jobsql.FlowDependencies != 0 {
 			own = append(own, id)
 		}
-		if fl&jobsql.FlowDependents != 0 {
+		if fl&(jobsql.FlowDependents|jobsql.FlowSequence) != 0 {
 			done = append(done, id)
 		}
 	}

@@ -63,3 +63,13 @@ func (s SQL) LockFailed(ctx context.Context, tx bun.IDB, id int64, dest any) err
 func (s SQL) DeleteFailed(ctx context.Context, db bun.IDB, id int64) (bool, error) {
 	return affected(db.NewRaw("DELETE FROM "+s.t.FailedJobs+" WHERE id = ?", id).Exec(ctx))
 }
+
+// FailedJobID returns the id in the jobs table of the failed job id (its
+// id in the failed-jobs table); 0 when there is none.
+func (s SQL) FailedJobID(ctx context.Context, db bun.IDB, id int64) (int64, error) {
+	var ids []int64
+	if err := scan(ctx, db, &ids, "SELECT job_id FROM "+s.t.FailedJobs+" WHERE id = ?", id); err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	return ids[0], nil
+}

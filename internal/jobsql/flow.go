@@ -148,9 +148,14 @@ func (s SQL) MarkDone(ctx context.Context, db bun.IDB, ids []int64) error {
 }
 
 // DeleteDepsOn deletes the dependency rows on the jobs of ids, which
-// ended without completing (or were deleted).
-func (s SQL) DeleteDepsOn(ctx context.Context, db bun.IDB, ids []int64) error {
-	return exec(ctx, db, "DELETE FROM "+s.t.JobDeps+" WHERE depends_on IN (?)", bun.List(ids))
+// ended without completing (or were deleted); with hold, it keeps those
+// of PolicyHold, whose dependents keep waiting for the failed jobs.
+func (s SQL) DeleteDepsOn(ctx context.Context, db bun.IDB, ids []int64, hold bool) error {
+	q := "DELETE FROM " + s.t.JobDeps + " WHERE depends_on IN (?)"
+	if hold {
+		q += " AND policy <> " + strconv.Itoa(PolicyHold)
+	}
+	return exec(ctx, db, q, bun.List(ids))
 }
 
 // DeleteDepsOf deletes the dependency rows of the jobs of ids, which

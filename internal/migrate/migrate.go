@@ -290,6 +290,24 @@ func mysqlMigrations(n tables.Names) []Migration {
 			},
 		},
 		{
+			Version: 11,
+			Name:    "sequences",
+			// One row per sequence key whose last job (tail) has not
+			// completed: the enqueue of the key's next job locks it, reads
+			// the tail, and makes the new job wait for it; the tail's
+			// completion sets tail to 0 (the row stays: deleting it would
+			// make concurrent enqueues' inserts of the key deadlock on
+			// their next-key locks). A job of a sequence has flow bit 4.
+			Statements: []string{
+				`CREATE TABLE IF NOT EXISTS ` + n.Sequences + ` (
+	seq_key VARBINARY(255) NOT NULL,
+	tail BIGINT NOT NULL,
+	PRIMARY KEY (seq_key),
+	KEY ` + n.Index(SequencesTailIndex) + ` (tail)
+) ENGINE=InnoDB`,
+			},
+		},
+		{
 			Version: 12,
 			Name:    "fleet history",
 			// history: one row per queue, resolution (res, 60 or 900 s)
@@ -349,6 +367,10 @@ func mysqlMigrations(n tables.Names) []Migration {
 // FlowColumn is the jobs table's column of version 9 that says whether a
 // job has dependents or dependencies.
 const FlowColumn = "flow"
+
+// SequencesTailIndex is the index of version 11 on sequences (tail): the
+// sequence whose last job a job is.
+const SequencesTailIndex = "sequences_tail"
 
 // DepsOnIndex is the index of version 9 on job_deps (depends_on, job_id):
 // the dependents of a job.

@@ -174,6 +174,17 @@ func Postgres(n tables.Names) Schema {
 				},
 			},
 			{
+				Version: 11,
+				Name:    "sequences",
+				Statements: []string{
+					`CREATE TABLE IF NOT EXISTS ` + n.Sequences + ` (
+	seq_key VARCHAR(255) NOT NULL PRIMARY KEY,
+	tail BIGINT NOT NULL
+)`,
+					`CREATE INDEX IF NOT EXISTS ` + n.Index(SequencesTailIndex) + ` ON ` + n.Sequences + ` (tail)`,
+				},
+			},
+			{
 				Version: 12,
 				Name:    "fleet history",
 				Statements: []string{

@@ -177,6 +177,17 @@ func SQLite(n tables.Names) Schema {
 				},
 			},
 			{
+				Version: 11,
+				Name:    "sequences",
+				Statements: []string{
+					`CREATE TABLE IF NOT EXISTS ` + n.Sequences + ` (
+	seq_key TEXT NOT NULL PRIMARY KEY,
+	tail INTEGER NOT NULL
+)`,
+					`CREATE INDEX IF NOT EXISTS ` + n.Index(SequencesTailIndex) + ` ON ` + n.Sequences + ` (tail)`,
+				},
+			},
+			{
 				Version: 12,
 				Name:    "fleet history",
 				Statements: []string{

@@ -30,6 +30,9 @@ const (
 	// JobDeps holds the dependencies of the jobs of workflows: one row
 	// per job and job it depends on.
 	JobDeps = "job_deps"
+	// Sequences holds the last job of each sequence that has one
+	// unfinished or failed: one row per sequence key.
+	Sequences = "sequences"
 	// History holds the fleet's per-minute and per-quarter-hour counts of
 	// each queue, and Leases the expiring rows that let one process at a
 	// time do the history's upkeep.
@@ -40,7 +43,7 @@ const (
 // All lists the tables Migrate creates, by their names after the prefix.
 // It is the one list that the docs, go doc and the command-line tool's
 // help say.
-var All = []string{Jobs, FailedJobs, Queues, Periodic, Slots, JobDeps, Processes, History, Leases, Migrations}
+var All = []string{Jobs, FailedJobs, Queues, Periodic, Slots, JobDeps, Sequences, Processes, History, Leases, Migrations}
 
 // ident is a name the statements can hold unquoted: lowercase, so that
 // PostgreSQL's folding of unquoted names and MySQL's case-sensitive table
@@ -50,7 +53,7 @@ var ident = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
 // Names is where one client's tables are: each field is a table's name as
 // statements write it, qualified with the schema if there is one.
 type Names struct {
-	Jobs, FailedJobs, Queues, Periodic, Slots, JobDeps, Processes, History, Leases, Migrations string
+	Jobs, FailedJobs, Queues, Periodic, Slots, JobDeps, Sequences, Processes, History, Leases, Migrations string
 	// Probe is the two-row table whose rows the startup probe locks, which
 	// Start creates if it is missing (Migrate does not).
 	Probe string
@@ -78,7 +81,7 @@ func New(field, prefix, schema string) (Names, error) {
 	n.Jobs, n.FailedJobs, n.Queues = n.Table(Jobs), n.Table(FailedJobs), n.Table(Queues)
 	n.Periodic, n.Slots, n.Migrations = n.Table(Periodic), n.Table(Slots), n.Table(Migrations)
 	n.JobDeps, n.Processes, n.Probe = n.Table(JobDeps), n.Table(Processes), n.Table(Probe)
-	n.History, n.Leases = n.Table(History), n.Table(Leases)
+	n.Sequences, n.History, n.Leases = n.Table(Sequences), n.Table(History), n.Table(Leases)
 	return n, nil
 }
 
