@@ -356,7 +356,11 @@ func TestSequenceOrdinaryJobsPayNothing(t *testing.T) {
 					_, err := c.Enqueue(ctx, hooked, seqArgs{Key: "none", Name: fmt.Sprint("plain", i)}, &bunqueue.EnqueueOpts{Queue: queue})
 					require.NoError(t, err)
 				}
-				eventually(t, 30*time.Second, func() bool { return len(l.runs) == 3 }, "the jobs ran")
+				eventually(t, 30*time.Second, func() bool {
+					l.mu.Lock()
+					defer l.mu.Unlock()
+					return len(l.runs) == 3
+				}, "the jobs ran")
 				eventually(t, 30*time.Second, func() bool {
 					return count(t, db, "SELECT COUNT(*) FROM "+tables.Names()[0]+" WHERE queue = ?", queue) == 0
 				}, "the jobs completed")
