@@ -52,6 +52,7 @@ func (b *bench) idle(ctx context.Context) (result, error) {
 	if err := bunqueue.Migrate(ctx, db); err != nil {
 		return result{}, err
 	}
+	done := b.newTally() // the conflict columns: no handler should run
 	count := &statementCount{registry: "bunqueue_processes"}
 	hooked := db.WithQueryHook(count)
 	cfg := b.config(bunqueue.Config{JobQueues: map[string]bunqueue.JobQueueConfig{"bench_idle_a": {}, "bench_idle_b": {}}})
@@ -60,11 +61,14 @@ func (b *bench) idle(ctx context.Context) (result, error) {
 		return result{}, err
 	}
 	for _, name := range []string{"bench_idle_t1", "bench_idle_t2"} {
-		if err := client.Add(bunqueue.NewQueue(name, b.itemsQuery, func(context.Context, bun.Tx, *benchItem) error { return nil }, nil)); err != nil {
+		if err := client.Add(bunqueue.NewQueue(name, b.itemsQuery, func(_ context.Context, _ bun.Tx, it *benchItem) error { done.ran(it.ID); return nil }, nil)); err != nil {
 			return result{}, err
 		}
 	}
-	if err := bunqueue.AddWorker(client, bunqueue.WorkerFunc[idleArgs](func(context.Context, bun.IDB, *bunqueue.Job[idleArgs]) error { return nil })); err != nil {
+	if err := bunqueue.AddWorker(client, bunqueue.WorkerFunc[idleArgs](func(_ context.Context, _ bun.IDB, job *bunqueue.Job[idleArgs]) error {
+		done.ran(job.ID)
+		return nil
+	})); err != nil {
 		return result{}, err
 	}
 	if err := client.Start(ctx); err != nil {
@@ -79,6 +83,7 @@ func (b *bench) idle(ctx context.Context) (result, error) {
 	}
 	secs := time.Since(began).Seconds()
 	all, reg := float64(count.all.Load()-all0)/secs, float64(count.reg.Load()-reg0)/secs
+	rss := readRSS()
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if err := client.Stop(stopCtx); err != nil {
@@ -86,7 +91,7 @@ func (b *bench) idle(ctx context.Context) (result, error) {
 	}
 	note := fmt.Sprintf("statements/s of an idle client (2 table queues, 2 jobs queues, defaults) over %.0f s: %.2f, of which the process registry's heartbeat %.2f (one per %s)",
 		secs, all, reg, bunqueue.HeartbeatIntervalDefault)
-	return result{ItemsPerSec: all, Note: note}, nil
+	return result{ItemsPerSec: all, RSSKiB: rss, Note: note}, nil
 }
 
 type idleArgs struct{}
