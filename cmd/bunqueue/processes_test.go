@@ -20,11 +20,7 @@ func TestProcessesCommand(t *testing.T) {
 	ctx := t.Context()
 	db := dbtest.OpenMySQL(t, 8)
 	tables := bunqueue.Tables{Prefix: dbtest.Name("clip") + "_"}
-	t.Cleanup(func() {
-		for _, name := range append(tables.Names(), tables.Prefix+"probe") {
-			_, _ = db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+name)
-		}
-	})
+	dbtest.DropTables(t, db, tables)
 	require.NoError(t, tables.Migrate(ctx, db))
 	c, err := bunqueue.NewClient(db, &bunqueue.Config{Tables: tables, ProcessName: "web-1", HeartbeatInterval: time.Second,
 		JobQueues: map[string]bunqueue.JobQueueConfig{"mail": {Workers: 3}}})

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -48,15 +47,7 @@ func TestTablesFlags(t *testing.T) {
 			if srv.tables.Schema != "" {
 				flags = append(flags, "--schema", srv.tables.Schema)
 			}
-			t.Cleanup(func() {
-				if srv.tables.Schema != "" {
-					_, _ = db.ExecContext(context.Background(), "DROP SCHEMA IF EXISTS "+srv.tables.Schema+" CASCADE")
-					return
-				}
-				for _, name := range srv.tables.Names() {
-					_, _ = db.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+name)
-				}
-			})
+			dbtest.DropTables(t, db, srv.tables)
 
 			stdout, stderr, code := runBinary(t, bin, append(flags[2:], "migrate", "--dsn", srv.dsn)...)
 			require.Equal(t, exitOK, code, stderr)

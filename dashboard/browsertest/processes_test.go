@@ -30,11 +30,7 @@ func twoProcesses(t *testing.T) *httptest.Server {
 	t.Helper()
 	admin := dbtest.Open(t, 0)
 	tables := bunqueue.Tables{Prefix: dbtest.Name("dashproc") + "_"}
-	t.Cleanup(func() {
-		for _, name := range append(tables.Names(), tables.Prefix+"probe") {
-			_, _ = admin.ExecContext(context.Background(), "DROP TABLE IF EXISTS "+name)
-		}
-	})
+	dbtest.DropTables(t, admin, tables)
 	require.NoError(t, tables.Migrate(t.Context(), admin))
 	var clients []*bunqueue.Client
 	for i, name := range []string{"web-1", "worker-<b>2</b>"} {

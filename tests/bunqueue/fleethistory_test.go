@@ -48,7 +48,7 @@ func TestFleetHistory(t *testing.T) {
 		ctx := t.Context()
 		tbl := bunqueue.Tables{Prefix: dbtest.Name("fh") + "_"}
 		admin := srv.Open(t, 0)
-		dropTables(t, admin, tbl)
+		dbtest.DropTables(t, admin, tbl)
 		require.NoError(t, tbl.Migrate(ctx, admin))
 		queue := dbtest.Name("fhq")
 		var done, failed atomic.Int64
@@ -132,7 +132,7 @@ func TestFleetHistoryRoll(t *testing.T) {
 		ctx := t.Context()
 		tbl := bunqueue.Tables{Prefix: dbtest.Name("fr") + "_"}
 		db := srv.Open(t, 0)
-		dropTables(t, db, tbl)
+		dbtest.DropTables(t, db, tbl)
 		require.NoError(t, tbl.Migrate(ctx, db))
 		h := histSQL(t, db, tbl)
 		const q0 = 1_700_000_100 - 1_700_000_100%900 // a quarter's start
@@ -184,7 +184,7 @@ func TestFleetHistoryLease(t *testing.T) {
 		ctx := t.Context()
 		tbl := bunqueue.Tables{Prefix: dbtest.Name("fl") + "_"}
 		db := srv.Open(t, 0)
-		dropTables(t, db, tbl)
+		dbtest.DropTables(t, db, tbl)
 		require.NoError(t, tbl.Migrate(ctx, db))
 		h := histSQL(t, db, tbl)
 		claim := func(holder string, ttl time.Duration) bool {
@@ -228,7 +228,7 @@ func TestFleetHistoryOneSampler(t *testing.T) {
 		ctx := t.Context()
 		tbl := bunqueue.Tables{Prefix: dbtest.Name("fs") + "_"}
 		admin := srv.Open(t, 0)
-		dropTables(t, admin, tbl)
+		dbtest.DropTables(t, admin, tbl)
 		require.NoError(t, tbl.Migrate(ctx, admin))
 		queue := dbtest.Name("fsq")
 		writes := make([]*depthWrites, 2)

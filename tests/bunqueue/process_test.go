@@ -80,7 +80,7 @@ func TestProcessRegistry(t *testing.T) {
 		ctx := t.Context()
 		tables := bunqueue.Tables{Prefix: dbtest.Name("pr") + "_"}
 		admin := srv.Open(t, 0)
-		dropTables(t, admin, tables)
+		dbtest.DropTables(t, admin, tables)
 		require.NoError(t, tables.Migrate(ctx, admin))
 		queue := dbtest.Name("procq")
 		names := []string{"app-1", "app-2", "app-3"}
@@ -141,7 +141,7 @@ func TestProcessRegistrySIGKILL(t *testing.T) {
 	ctx := t.Context()
 	tables := bunqueue.Tables{Prefix: dbtest.Name("pk") + "_"}
 	db := dbtest.Open(t, 0)
-	dropTables(t, db, tables)
+	dbtest.DropTables(t, db, tables)
 	require.NoError(t, tables.Migrate(ctx, db))
 	every := 200 * time.Millisecond
 	watcher, err := bunqueue.NewClient(db, &bunqueue.Config{Tables: tables, ProcessName: "watcher", HeartbeatInterval: every})

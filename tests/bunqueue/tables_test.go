@@ -60,23 +60,6 @@ func (r *ownerRuns) ran() (runs, jobs int) {
 	return runs, len(r.byID)
 }
 
-// dropTables drops the tables of t, and on PostgreSQL its schema, when the
-// test ends.
-func dropTables(t *testing.T, db *bun.DB, tables bunqueue.Tables) {
-	t.Cleanup(func() {
-		ctx := context.Background()
-		if tables.Schema != "" {
-			_, err := db.ExecContext(ctx, "DROP SCHEMA IF EXISTS "+tables.Schema+" CASCADE")
-			require.NoError(t, err)
-			return
-		}
-		for _, name := range append(tables.Names(), tables.Prefix+"probe") {
-			_, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+name)
-			require.NoError(t, err)
-		}
-	})
-}
-
 // Two clients with Tables of their own, on pools of their own, in one
 // database, run a jobs queue of the same name, with a GlobalLimit, one
 // in lock mode and one in lease mode: each runs all of its jobs, once,
@@ -93,8 +76,8 @@ func TestTablesKeepClientsApart(t *testing.T) {
 		if srv.Name == "postgres" {
 			tb = bunqueue.Tables{Schema: dbtest.Name("tbs")}
 		}
-		dropTables(t, dbA, ta)
-		dropTables(t, dbA, tb)
+		dbtest.DropTables(t, dbA, ta)
+		dbtest.DropTables(t, dbA, tb)
 		require.NoError(t, ta.Migrate(ctx, dbA))
 		require.NoError(t, tb.Migrate(ctx, dbB))
 		require.NoError(t, tb.Migrate(ctx, dbB), "again: a no-op")

@@ -148,7 +148,7 @@ func withJobInfo(w bunqueue.Worker[flowArgs]) bunqueue.Worker[flowArgs] {
 // flowTables migrates tables of the test's own, dropped when it ends.
 func flowTables(t *testing.T, db *bun.DB) bunqueue.Tables {
 	tables := bunqueue.Tables{Prefix: dbtest.Name("wf") + "_"}
-	dropTables(t, db, tables)
+	dbtest.DropTables(t, db, tables)
 	require.NoError(t, tables.Migrate(t.Context(), db))
 	require.NoError(t, bunqueue.Migrate(t.Context(), db)) // Start's plan check on SQLite reads the default table's name
 	return tables
